@@ -1,0 +1,27 @@
+# The two commands a newcomer needs: `make demo` (the main job end to end on a generated
+# sample) and `make test`. Both set up .venv on first use.
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup demo test lint bench clean
+
+setup: $(VENV)/.datapipe-setup-1
+
+$(VENV)/.datapipe-setup-1: pyproject.toml tools/setup.sh
+	bash tools/setup.sh
+
+demo: setup
+	bash tools/demo.sh
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+bench: setup
+	bash tools/setup.sh --bench
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) demo-out bench-data bench-results

@@ -1,0 +1,272 @@
+"""The `datapipe` command: convert, inspect, verify, doctor."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from datapipe.errors import ArgumentError, DatapipeError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+class _Progress:
+    """A tqdm bar on a terminal; silent otherwise (the summary line says it all)."""
+
+    def __init__(self, total: int | None, unit: str) -> None:
+        self.bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit=unit, dynamic_ncols=True, smoothing=0.1)
+
+    def update_to(self, done: int, *_: Any) -> None:
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(package_name="datapipe")
+def cli() -> None:
+    """datapipe: convert data once into shards, load them fast, and see where time goes."""
+
+
+@cli.group()
+def convert() -> None:
+    """Convert raw images or text into shards (heavy, non-random work done once)."""
+
+
+def _output_options(func: Any) -> Any:
+    options = [
+        click.option("--format", "shard_format", type=click.Choice(["arrow", "msgpack"]),
+                     default="arrow", show_default=True, help="Shard file format."),
+        click.option("--shard-size", default="256MB", show_default=True,
+                     help="Target shard size; samples are never split across shards."),
+        click.option("--overwrite", is_flag=True, help="Replace a dataset already in OUT."),
+        click.option("--strict", is_flag=True,
+                     help="Fail on the first bad input instead of listing it in rejects.jsonl."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _make_output_options(out: Path, shard_format: str, shard_size: str, overwrite: bool,
+                         strict: bool) -> Any:
+    from preprocess.output import OutputOptions, parse_size
+
+    return OutputOptions(out=out, shard_format=shard_format, shard_size=parse_size(shard_size),
+                         overwrite=overwrite, strict=strict)
+
+
+def _report(result: Any, noun: str, rate: str) -> None:
+    m = result.manifest
+    resumed = f", {result.resumed_shards} kept from the interrupted run" if \
+        result.resumed_shards else ""
+    click.echo(f"converted {m.num_samples:,} {noun} into {len(m.shards)} shards "
+               f"({_human_bytes(m.total_bytes)}) in {result.seconds:.1f} s, {rate}{resumed}")
+    if result.rejects:
+        click.echo(f"rejected {len(result.rejects):,} inputs, listed with reasons in "
+                   f"{result.out / 'rejects.jsonl'}")
+
+
+@convert.command("images", context_settings=CONTEXT)
+@click.argument("src", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--short-side", default=256, show_default=True, type=int,
+              help="Resize so the shorter side is this many pixels; 0 keeps the size.")
+@click.option("--quality", default=90, show_default=True, type=int, help="JPEG quality.")
+@click.option("--encoding", type=click.Choice(["jpeg", "raw"]), default="jpeg",
+              show_default=True, help="Store JPEG, or raw uint8 RGB pixels (no decode at load).")
+@click.option("--workers", default=0, type=int, help="Processes; 0 = all cores.")
+@_output_options
+def convert_images_cmd(src: Path, out: Path, short_side: int, quality: int, encoding: str,
+                       workers: int, **output: Any) -> None:
+    """Convert an image folder (SRC/<class>/<file>) or a CSV/JSONL list (path,label,...)."""
+    from preprocess.engine import default_workers
+    from preprocess.image_ops import ImageSettings
+    from preprocess.images import convert_images
+
+    settings = ImageSettings(short_side=short_side, quality=quality, encoding=encoding)
+    options = _make_output_options(out, **output)
+    if workers < 0:
+        raise click.BadParameter(f"must be >= 0, got {workers}", param_hint="--workers")
+    progress = _Progress(None, "img")
+    try:
+        result = convert_images(src, options, settings, workers or default_workers(),
+                                progress=lambda done, total: _bar_total(progress, done, total))
+    finally:
+        progress.close()
+    rate = result.inputs - _resumed_inputs(result)
+    _report(result, "images", f"{rate / max(result.seconds, 1e-9):,.0f} images/s")
+
+
+def _bar_total(progress: _Progress, done: int, total: int) -> None:
+    if progress.bar is not None and progress.bar.total is None:
+        progress.bar.reset(total=total)
+    progress.update_to(done)
+
+
+def _resumed_inputs(result: Any) -> int:
+    return sum(s.rows for s in result.manifest.shards[:result.resumed_shards])
+
+
+@convert.command("text", context_settings=CONTEXT)
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path),
+                metavar="SRC... OUT")
+@click.option("--tokenizer", "tokenizer", required=True,
+              help="Path to a Hugging Face tokenizer.json, or 'bytes' (built-in byte-level).")
+@click.option("--field", default="text", show_default=True, help="Text field of .jsonl/.parquet.")
+@click.option("--doc-per-file", is_flag=True, help=".txt files hold one document each.")
+@click.option("--append-eos", is_flag=True, help="End every document with the EOS id.")
+@click.option("--eos-token", default=None, help="Which token is EOS (default: found by name).")
+@click.option("--workers", default=0, type=int, help="Tokenizer threads; 0 = all cores.")
+@_output_options
+def convert_text_cmd(sources: tuple[Path, ...], tokenizer: str, field: str, doc_per_file: bool,
+                     append_eos: bool, eos_token: str | None, workers: int, **output: Any) -> None:
+    """Tokenize .txt (a line or a file per document), .jsonl or .parquet into id arrays."""
+    from preprocess.text import convert_text
+    from preprocess.text_sources import TextOptions
+
+    if len(sources) < 2:
+        raise click.UsageError("give at least one SRC and then OUT")
+    *srcs, out = sources
+    options = _make_output_options(out, **output)
+    progress = _Progress(None, "doc")
+    try:
+        result = convert_text(list(srcs), options, tokenizer, TextOptions(field, doc_per_file),
+                              append_eos=append_eos, eos_token=eos_token, workers=workers or None,
+                              progress=progress.update_to)
+    finally:
+        progress.close()
+    tokens = result.extra["tokens_this_run"]
+    _report(result, "documents", f"{tokens:,} tokens, "
+            f"{tokens / max(result.seconds, 1e-9):,.0f} tokens/s")
+
+
+@cli.command("inspect", context_settings=CONTEXT)
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def inspect_cmd(dataset: Path, as_json: bool) -> None:
+    """Summarize a dataset: samples, shards, bytes, schema, label or length histogram."""
+    from datapipe.inspection import summarize
+
+    summary = summarize(dataset)
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
+        return
+    click.echo(f"{summary['path']}: {summary['kind']} dataset, {summary['samples']:,} samples in "
+               f"{summary['shards']} {summary['format']} shards, "
+               f"{_human_bytes(summary['bytes'])}; {summary['rejected']} inputs rejected")
+    click.echo("columns: " + ", ".join(f"{k} ({v})" for k, v in summary["columns"].items()))
+    if "tokenizer" in summary:
+        t = summary["tokenizer"]
+        click.echo(f"tokenizer: {t['name']} ({t['kind']}, vocab {t['vocab_size']:,}, "
+                   f"eos {t['eos_id']})")
+    if "lengths" in summary and summary["lengths"].get("count"):
+        s = summary["lengths"]
+        click.echo(f"tokens: {s['total']:,}; length min {s['min']} p50 {s['p50']:.0f} "
+                   f"p95 {s['p95']:.0f} max {s['max']}")
+        click.echo(_length_histogram(Path(dataset)))
+    if "image_size" in summary:
+        h, w = summary["image_size"]["height"], summary["image_size"]["width"]
+        click.echo(f"stored size: height {h['min']}..{h['max']} (p50 {h['p50']:.0f}), "
+                   f"width {w['min']}..{w['max']} (p50 {w['p50']:.0f})")
+    if "labels" in summary:
+        click.echo(_bars(summary["labels"], "labels"))
+
+
+def _bars(counts: dict[str, int], title: str, width: int = 40) -> str:
+    top = max(counts.values(), default=1)
+    name_width = min(24, max((len(k) for k in counts), default=1))
+    lines = [f"{title}:"]
+    for name, count in list(counts.items())[:50]:
+        lines.append(f"  {name[:name_width]:>{name_width}} {count:>9,} "
+                     + "#" * max(1, round(width * count / top)))
+    if len(counts) > 50:
+        lines.append(f"  ... and {len(counts) - 50} more")
+    return "\n".join(lines)
+
+
+def _length_histogram(dataset: Path) -> str:
+    import numpy as np
+
+    from datapipe.format.dataset import Dataset
+
+    with Dataset(dataset) as ds:
+        lengths = ds.scalar("length")
+    edges = np.unique(np.geomspace(max(1, lengths.min()), lengths.max() + 1, 11).astype(int))
+    counts, _ = np.histogram(lengths, bins=edges)
+    return _bars({f"{a}-{b - 1}": int(c) for a, b, c in zip(edges, edges[1:], counts,
+                                                             strict=False)}, "lengths")
+
+
+@cli.command("verify", context_settings=CONTEXT)
+@click.argument("dataset", type=click.Path(path_type=Path))
+def verify_cmd(dataset: Path) -> None:
+    """Re-hash every shard against the manifest; exit 1 naming each bad shard."""
+    from datapipe.inspection import verify
+
+    manifest, problems = verify(dataset)
+    for problem in problems:
+        click.echo(f"{dataset / problem.name}: {problem.problem}", err=True)
+    if problems:
+        click.echo(f"{dataset}: {len(problems)} of {len(manifest.shards)} shards are corrupt or "
+                   "missing", err=True)
+        sys.exit(1)
+    click.echo(f"{dataset}: all {len(manifest.shards)} shards intact "
+               f"({manifest.num_samples:,} samples)")
+
+
+@cli.command("doctor", context_settings=CONTEXT)
+def doctor_cmd() -> None:
+    """Show which PIL build, decoders and devices datapipe will use."""
+    from datapipe.doctor import environment
+
+    info = environment()
+    pil = info.pop("PIL")
+    click.echo(f"PIL: {pil['build']} {pil['version']} (libjpeg-turbo: {pil['libjpeg_turbo']})")
+    for key, value in info.items():
+        click.echo(f"{key}: {value}")
+    if pil["build"] != "pillow-simd":
+        click.echo("warning: PIL is not the pillow-simd build; CPU decode and resize are slower. "
+                   "Reinstall with: pip uninstall -y pillow && pip install --force-reinstall "
+                   "--no-deps pillow-simd", err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user mistakes become one line on stderr and exit status 2 (1 for data)."""
+    try:
+        cli.main(args=argv, prog_name="datapipe", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+        click.echo(f"datapipe: error: {exc.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except click.Abort:
+        click.echo("datapipe: interrupted", err=True)
+        sys.exit(130)
+    except DatapipeError as exc:
+        click.echo(f"datapipe: error: {exc}", err=True)
+        sys.exit(2 if isinstance(exc, ArgumentError) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Arrow IPC shards: record batches in a memory-mappable file, read without copies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from datapipe.errors import DataError
+from datapipe.format.schema import Column
+from datapipe.format.shard_reader import ShardReader
+
+# Large (64-bit offset) types: a shard never hits the 2 GiB limit of 32-bit offsets.
+_SCALAR_ARROW = {"int32": pa.int32(), "int64": pa.int64(), "float64": pa.float64()}
+
+
+def arrow_type(col: Column) -> pa.DataType:
+    if col.is_scalar:
+        return _SCALAR_ARROW[col.type]
+    if col.type == "bytes":
+        return pa.large_binary()
+    if col.type == "string":
+        return pa.large_string()
+    return pa.large_list(pa.from_numpy_dtype(col.numpy_dtype))
+
+
+def _token_array(arrays: list[np.ndarray], dtype: np.dtype) -> pa.Array:
+    lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    values = np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.empty(0, dtype)
+    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values))
+
+
+def write_arrow_shard(path: str | Path, columns: tuple[Column, ...], data: dict[str, list]) -> None:
+    arrays = []
+    for col in columns:
+        values = data[col.name]
+        if col.is_tokens:
+            arrays.append(_token_array(values, col.numpy_dtype))
+        else:
+            arrays.append(pa.array(values, type=arrow_type(col)))
+    schema = pa.schema([pa.field(c.name, arrow_type(c), nullable=False) for c in columns])
+    batch = pa.record_batch(arrays, schema=schema)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+        writer.write_batch(batch)
+
+
+class ArrowShardReader(ShardReader):
+    """Memory-maps the file; payload columns become numpy views over the mapping."""
+
+    def __init__(self, path: str | Path, columns: tuple[Column, ...]) -> None:
+        super().__init__(path, columns)
+        try:
+            self._source = pa.memory_map(str(self.path), "r")
+            reader = pa.ipc.open_file(self._source)
+            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        except FileNotFoundError:
+            raise DataError(f"{self.path}: shard file is missing") from None
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(f"{self.path}: not a readable Arrow shard ({exc})") from None
+        if not batches:
+            raise DataError(f"{self.path}: Arrow shard has no record batches")
+        table = pa.Table.from_batches(batches)
+        for name in self.columns:
+            if name not in table.column_names:
+                raise DataError(f"{self.path}: shard lacks column {name!r}")
+        self._table = table
+        self.num_rows = table.num_rows
+        # Row -> (batch, local row): usually one batch per shard, but any number is read.
+        self._batch_starts = np.cumsum([0] + [b.num_rows for b in batches])
+        self._payloads: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for name, col in self.columns.items():
+            if col.is_payload:
+                self._payloads[name] = [_payload_views(b.column(name), col) for b in batches]
+
+    def scalar(self, name: str) -> np.ndarray:
+        col = self._column(name)
+        if not col.is_scalar:
+            raise DataError(f"{self.path}: column {name!r} is {col.type}, not a scalar")
+        return self._table.column(name).to_numpy()
+
+    def payload(self, name: str, row: int) -> np.ndarray:
+        self._check_row(row)
+        views = self._payloads.get(name)
+        if views is None:
+            raise DataError(f"{self.path}: column {name!r} is not a payload column")
+        if len(views) == 1:
+            offsets, values = views[0]
+        else:
+            b = int(np.searchsorted(self._batch_starts, row, side="right")) - 1
+            offsets, values = views[b]
+            row -= int(self._batch_starts[b])
+        return values[offsets[row]:offsets[row + 1]]
+
+    def payload_views(self, name: str) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(offsets, values) per record batch, for hot paths that slice many rows at once."""
+        return self._payloads[name]
+
+    def value(self, name: str, row: int) -> Any:
+        self._check_row(row)
+        self._column(name)
+        return self._table.column(name)[row].as_py()
+
+    def close(self) -> None:
+        self._payloads.clear()
+        self._table = None
+        self._source.close()
+
+
+def _payload_views(array: pa.Array, col: Column) -> tuple[np.ndarray, np.ndarray]:
+    if array.offset != 0:
+        raise DataError(f"column {col.name!r}: sliced arrays are not supported in shards")
+    buffers = array.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int64, count=len(array) + 1)
+    data_buffer = buffers[2] if col.type == "bytes" else buffers[3]
+    if data_buffer is None:  # every row empty
+        return offsets, np.empty(0, dtype=col.numpy_dtype)
+    values = np.frombuffer(data_buffer, dtype=col.numpy_dtype)
+    return offsets, values

@@ -1,0 +1,120 @@
+"""msgpack shards: one msgpack record per sample plus a footer index, so rows are random-access.
+
+Layout: MAGIC | record 0 | record 1 | ... | footer (msgpack map) | footer length (u64 LE) | MAGIC.
+A record is a msgpack array of the row's values in column order (payloads as `bin`, token ids
+as their little-endian bytes). The footer holds the row offsets (u64 each, absolute, rows + 1)
+and every scalar column as a packed array, so labels and lengths never need a record decoded.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from datapipe.errors import DataError
+from datapipe.format.schema import Column
+from datapipe.format.shard_reader import ShardReader
+
+MAGIC = b"DPMSGPK1"
+_TAIL = struct.Struct("<Q")
+
+
+def _encode_cell(col: Column, value: Any) -> Any:
+    if col.is_tokens:
+        return np.ascontiguousarray(value, dtype=col.numpy_dtype.newbyteorder("<")).tobytes()
+    if col.type == "bytes":
+        return bytes(value)
+    return value
+
+
+def write_msgpack_shard(path: str | Path, columns: tuple[Column, ...],
+                        data: dict[str, list]) -> None:
+    rows = len(data[columns[0].name]) if columns else 0
+    packer = msgpack.Packer(use_bin_type=True)
+    offsets = np.zeros(rows + 1, dtype="<u8")
+    with open(path, "wb") as f:
+        f.write(MAGIC)
+        position = len(MAGIC)
+        for i in range(rows):
+            offsets[i] = position
+            record = packer.pack([_encode_cell(c, data[c.name][i]) for c in columns])
+            f.write(record)
+            position += len(record)
+        offsets[rows] = position
+        scalars = {c.name: np.asarray(data[c.name], dtype=c.numpy_dtype.newbyteorder("<"))
+                   .tobytes() for c in columns if c.is_scalar}
+        footer = packer.pack({"rows": rows, "columns": [c.to_json() for c in columns],
+                              "offsets": offsets.tobytes(), "scalars": scalars})
+        f.write(footer)
+        f.write(_TAIL.pack(len(footer)))
+        f.write(MAGIC)
+
+
+class MsgpackShardReader(ShardReader):
+    def __init__(self, path: str | Path, columns: tuple[Column, ...]) -> None:
+        super().__init__(path, columns)
+        try:
+            with open(self.path, "rb") as f:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except FileNotFoundError:
+            raise DataError(f"{self.path}: shard file is missing") from None
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{self.path}: not a readable msgpack shard ({exc})") from None
+        footer = self._read_footer()
+        self.num_rows = int(footer["rows"])
+        self._offsets = np.frombuffer(footer["offsets"], dtype="<u8")
+        self._scalars = {name: np.frombuffer(raw, dtype=self.columns[name].numpy_dtype)
+                         for name, raw in footer["scalars"].items() if name in self.columns}
+        stored = [c["name"] for c in footer["columns"]]
+        self._position = {name: i for i, name in enumerate(stored)}
+        missing = [n for n in self.columns if n not in self._position]
+        if missing or len(self._offsets) != self.num_rows + 1:
+            raise DataError(f"{self.path}: shard lacks columns {missing} or its index is damaged")
+
+    def _read_footer(self) -> dict:
+        m = self._map
+        tail = len(MAGIC) + _TAIL.size
+        if len(m) < len(MAGIC) + tail or m[:8] != MAGIC or m[-8:] != MAGIC:
+            raise DataError(f"{self.path}: not a datapipe msgpack shard (bad magic)")
+        (footer_len,) = _TAIL.unpack(m[-tail:-8])
+        start = len(m) - tail - footer_len
+        if start < len(MAGIC):
+            raise DataError(f"{self.path}: damaged msgpack shard footer")
+        try:
+            return msgpack.unpackb(m[start:start + footer_len], raw=False)
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise DataError(f"{self.path}: damaged msgpack shard footer ({exc})") from None
+
+    def _record(self, row: int) -> list:
+        self._check_row(row)
+        a, b = int(self._offsets[row]), int(self._offsets[row + 1])
+        try:
+            return msgpack.unpackb(self._map[a:b], raw=False)
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise DataError(f"{self.path}: row {row} is damaged ({exc})") from None
+
+    def scalar(self, name: str) -> np.ndarray:
+        col = self._column(name)
+        if not col.is_scalar:
+            raise DataError(f"{self.path}: column {name!r} is {col.type}, not a scalar")
+        return self._scalars[name]
+
+    def payload(self, name: str, row: int) -> np.ndarray:
+        col = self._column(name)
+        if not col.is_payload:
+            raise DataError(f"{self.path}: column {name!r} is not a payload column")
+        return np.frombuffer(self._record(row)[self._position[name]], dtype=col.numpy_dtype)
+
+    def value(self, name: str, row: int) -> Any:
+        self._column(name)
+        return self._record(row)[self._position[name]]
+
+    def close(self) -> None:
+        self._scalars.clear()
+        self._offsets = np.empty(0, dtype="<u8")
+        self._map.close()

@@ -1,0 +1,80 @@
+"""The one interface both shard readers implement: random access, payloads read zero-copy."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from datapipe.errors import DataError
+from datapipe.format.schema import Column
+
+
+class ShardReader(ABC):
+    """Random access to the rows of one memory-mapped shard file."""
+
+    def __init__(self, path: str | Path, columns: tuple[Column, ...]) -> None:
+        self.path = Path(path)
+        self.columns = {c.name: c for c in columns}
+        self.num_rows = 0
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    @abstractmethod
+    def scalar(self, name: str) -> np.ndarray:
+        """The whole of a scalar column (labels, heights, lengths) as a numpy array."""
+
+    @abstractmethod
+    def payload(self, name: str, row: int) -> np.ndarray:
+        """One sample's bytes (uint8) or token ids, zero-copy where the format allows."""
+
+    @abstractmethod
+    def value(self, name: str, row: int) -> Any:
+        """One cell of any column as a Python value (strings, extras)."""
+
+    def close(self) -> None:  # noqa: B027 - optional for subclasses
+        """Release the file mapping."""
+
+    def row(self, row: int) -> dict[str, Any]:
+        return {name: (self.payload(name, row) if col.is_payload else self.value(name, row))
+                for name, col in self.columns.items()}
+
+    def _column(self, name: str) -> Column:
+        try:
+            return self.columns[name]
+        except KeyError:
+            raise DataError(f"{self.path}: no column {name!r}") from None
+
+    def _check_row(self, row: int) -> None:
+        if not 0 <= row < self.num_rows:
+            raise DataError(f"{self.path}: row {row} out of range (shard has {self.num_rows})")
+
+
+def open_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...]) -> ShardReader:
+    if shard_format == "arrow":
+        from datapipe.format.arrow_shard import ArrowShardReader
+
+        return ArrowShardReader(path, columns)
+    if shard_format == "msgpack":
+        from datapipe.format.msgpack_shard import MsgpackShardReader
+
+        return MsgpackShardReader(path, columns)
+    raise DataError(f"{path}: unknown shard format {shard_format!r}")
+
+
+def write_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...],
+                data: dict[str, list]) -> None:
+    """Write one shard from columnar lists (payloads as bytes or numpy arrays)."""
+    if shard_format == "arrow":
+        from datapipe.format.arrow_shard import write_arrow_shard
+
+        write_arrow_shard(path, columns, data)
+    elif shard_format == "msgpack":
+        from datapipe.format.msgpack_shard import write_msgpack_shard
+
+        write_msgpack_shard(path, columns, data)
+    else:
+        raise DataError(f"{path}: unknown shard format {shard_format!r}")

@@ -1,0 +1,77 @@
+"""`datapipe inspect` and `datapipe verify`: what a dataset holds, and whether it is intact."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from datapipe.format.dataset import Dataset
+from datapipe.format.hashing import hash_file
+from datapipe.format.manifest import Manifest
+
+
+def summarize(directory: str | Path) -> dict[str, Any]:
+    """Counts, sizes, schema, and a label or length histogram, read from the scalar columns."""
+    with Dataset(directory) as ds:
+        m = ds.manifest
+        summary: dict[str, Any] = {
+            "path": str(directory), "kind": m.kind, "format": f"{m.shard_format} v{m.version}",
+            "samples": len(ds), "shards": ds.num_shards, "bytes": m.total_bytes,
+            "columns": {c.name: c.type for c in m.columns}, "settings": m.settings,
+            "rejected": m.stats.get("rejected", 0),
+        }
+        if m.tokenizer:
+            summary["tokenizer"] = m.tokenizer
+        names = m.column_names
+        if "label" in names:
+            summary["labels"] = _label_histogram(ds.scalar("label"), m.classes)
+        if "length" in names:
+            summary["lengths"] = _length_stats(ds.scalar("length"))
+        if "height" in names and len(ds):
+            heights, widths = ds.scalar("height"), ds.scalar("width")
+            summary["image_size"] = {"height": _length_stats(heights), "width":
+                                     _length_stats(widths)}
+    return summary
+
+
+def _label_histogram(labels: np.ndarray, classes: tuple[str, ...] | None) -> dict[str, int]:
+    values, counts = np.unique(labels, return_counts=True)
+    def name(v: int) -> str:
+        return classes[v] if classes and 0 <= v < len(classes) else str(v)
+    return {name(int(v)): int(c) for v, c in zip(values, counts, strict=True)}
+
+
+def _length_stats(lengths: np.ndarray) -> dict[str, float]:
+    if not len(lengths):
+        return {"count": 0}
+    p50, p95 = np.percentile(lengths, [50, 95])
+    return {"count": len(lengths), "total": int(lengths.sum()), "min": int(lengths.min()),
+            "p50": float(p50), "p95": float(p95), "max": int(lengths.max()),
+            "mean": float(lengths.mean())}
+
+
+@dataclass(frozen=True)
+class ShardProblem:
+    name: str
+    problem: str
+
+
+def verify(directory: str | Path, progress: Any = None) -> tuple[Manifest, list[ShardProblem]]:
+    """Re-hash every shard against the manifest; returns the problems found (none = intact)."""
+    manifest = Manifest.load(directory)
+    problems = []
+    for shard in manifest.shards:
+        path = Path(directory) / shard.name
+        if not path.is_file():
+            problems.append(ShardProblem(shard.name, "missing"))
+        elif path.stat().st_size != shard.bytes:
+            problems.append(ShardProblem(
+                shard.name, f"size {path.stat().st_size} bytes, manifest says {shard.bytes}"))
+        elif hash_file(path) != shard.hash:
+            problems.append(ShardProblem(shard.name, "content hash differs from the manifest"))
+        if progress is not None:
+            progress(shard.bytes)
+    return manifest, problems

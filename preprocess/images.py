@@ -1,0 +1,64 @@
+"""`datapipe convert images`: a folder or manifest of images -> shards of resized images."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from datapipe.format.hashing import hash_bytes
+from datapipe.format.schema import Column
+from preprocess.engine import ordered_map
+from preprocess.image_ops import ImageSettings, RejectedImage, prepare_image
+from preprocess.image_sources import ImageItem, list_images
+from preprocess.output import ConversionResult, OutputDirectory, OutputOptions
+
+BASE_COLUMNS = (Column("image", "bytes"), Column("label", "int64"), Column("height", "int32"),
+                Column("width", "int32"), Column("path", "string"))
+
+# A worker's answer: ("ok", payload, height, width) or ("reject", reason).
+Outcome = tuple
+
+
+def process_item(item: ImageItem, settings: ImageSettings) -> Outcome:
+    try:
+        data = item.path.read_bytes()
+    except OSError as exc:
+        return ("reject", f"unreadable: {exc.strerror or exc}")
+    try:
+        payload, height, width = prepare_image(data, settings)
+    except RejectedImage as exc:
+        return ("reject", str(exc))
+    return ("ok", payload, height, width)
+
+
+def convert_images(src: Path, options: OutputOptions, settings: ImageSettings, workers: int,
+                   progress: Callable[[int, int], None] | None = None) -> ConversionResult:
+    """Convert every image under SRC; `progress(done, total)` is called as inputs finish."""
+    source = list_images(src)
+    columns = BASE_COLUMNS + tuple(Column(n, t) for n, t in source.extra_columns)
+    settings_record = {"short_side": settings.short_side, "quality": settings.quality,
+                       "encoding": settings.encoding, "shard_size": options.shard_size}
+    fingerprint = hash_bytes(json.dumps({
+        "kind": "images", "format": options.shard_format, "settings": settings_record,
+        "inputs": [(i.source, i.label, list(i.extras)) for i in source.items]},
+        default=str).encode())
+    output = OutputDirectory(options, "images", columns, fingerprint)
+    total = len(source.items)
+    todo = source.items[output.resume_from:]
+    work = functools.partial(process_item, settings=settings)
+    for offset, outcome in enumerate(ordered_map(work, todo, workers, chunksize=16)):
+        index = output.resume_from + offset
+        item = source.items[index]
+        if outcome[0] == "ok":
+            _, payload, height, width = outcome
+            sample = {"image": payload, "label": item.label, "height": height, "width": width,
+                      "path": item.source}
+            sample.update(zip((n for n, _ in source.extra_columns), item.extras, strict=True))
+            output.add(index, sample)
+        else:
+            output.reject(index, item.source, outcome[1])
+        if progress is not None:
+            progress(index + 1, total)
+    return output.finish(total, settings_record, stats={}, classes=source.classes)

@@ -1,0 +1,159 @@
+"""One conversion's output directory: prepare or resume it, journal shards, finish it.
+
+Everything a converter writes goes through here, so every converter gets the same guarantees:
+atomic shards, resume after a kill, rejects listed in OUT/rejects.jsonl, manifest written last.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datapipe.errors import ArgumentError, DataError
+from datapipe.format.manifest import MANIFEST_NAME, SHARD_FORMATS, Manifest, write_atomic
+from datapipe.format.schema import Column
+from datapipe.format.writer import ShardSetWriter
+from preprocess.resume import JOURNAL_NAME, Journal
+
+REJECTS_NAME = "rejects.jsonl"
+MAX_SHARD_SIZE = 1 << 40
+
+
+def parse_size(text: str) -> int:
+    """'256MB', '1.5G', '4096' -> bytes (powers of 1024)."""
+    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+             "G": 1 << 30, "GB": 1 << 30, "T": 1 << 40, "TB": 1 << 40}
+    s = str(text).strip().upper()
+    number = s.rstrip("KMGTB")
+    try:
+        value = float(number) * units[s[len(number):]]
+    except (ValueError, KeyError):
+        raise ArgumentError(f"--shard-size: cannot read {text!r} as a size (e.g. 256MB)") from None
+    if not 1 <= value <= MAX_SHARD_SIZE:
+        raise ArgumentError(f"--shard-size: {text!r} is out of range (1 byte to 1 TB)")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    out: Path
+    shard_format: str = "arrow"
+    shard_size: int = 256 << 20
+    overwrite: bool = False
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        if self.shard_format not in SHARD_FORMATS:
+            raise ArgumentError(f"--format: {self.shard_format!r} is not one of {SHARD_FORMATS}")
+        if self.shard_size < 1:
+            raise ArgumentError(f"--shard-size: must be positive, got {self.shard_size}")
+
+
+@dataclass
+class ConversionResult:
+    manifest: Manifest
+    out: Path
+    inputs: int
+    rejects: list[dict[str, Any]]
+    seconds: float
+    resumed_shards: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _is_ours(name: str) -> bool:
+    return (name.startswith(("shard-", ".datapipe-")) or name.startswith(MANIFEST_NAME)
+            or name == REJECTS_NAME)
+
+
+def _prepare_directory(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise ArgumentError(f"OUT {out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    names = [p.name for p in out.iterdir()]
+    foreign = sorted(n for n in names if not _is_ours(n))
+    if foreign:
+        raise ArgumentError(f"OUT {out} holds files datapipe did not write ({foreign[0]}, ...); "
+                            "choose an empty or new directory")
+    if overwrite:
+        for name in names:
+            path = out / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    elif MANIFEST_NAME in names:
+        raise ArgumentError(f"OUT {out} already holds a finished dataset; pass --overwrite "
+                            "to replace it")
+    elif names and JOURNAL_NAME not in names:
+        raise ArgumentError(f"OUT {out} is not empty; pass --overwrite to replace its contents")
+
+
+class OutputDirectory:
+    """Owns OUT for one run of a converter."""
+
+    def __init__(self, options: OutputOptions, kind: str, columns: tuple[Column, ...],
+                 fingerprint: str) -> None:
+        self.options = options
+        self.kind = kind
+        self.columns = columns
+        self.started = time.perf_counter()
+        _prepare_directory(options.out, options.overwrite)
+        self.journal = Journal(options.out, fingerprint)
+        previous = self.journal.load() if self.journal.exists() else None
+        kept = previous.shards if previous else []
+        self.rejects: list[dict[str, Any]] = previous.rejects if previous else []
+        self.resume_from = previous.inputs_done if previous else 0
+        self.resumed_shards = len(kept)
+        self._clear_unjournaled(keep={s.name for s in kept})
+        if previous:
+            self.journal.rewrite(previous)
+        else:
+            self.journal.start()
+        self._pending_rejects: list[dict[str, Any]] = []
+        self._current_input = self.resume_from
+        self.writer = ShardSetWriter(options.out, columns, options.shard_format,
+                                     options.shard_size, first_index=len(kept),
+                                     on_shard=self._on_shard)
+        self.writer.shards.extend(kept)
+
+    def _clear_unjournaled(self, keep: set[str]) -> None:
+        for path in self.options.out.iterdir():
+            if path.name.startswith("shard-") and path.name not in keep:
+                path.unlink()
+
+    def _on_shard(self, shard: Any) -> None:
+        self.journal.record(shard, self._current_input, self._pending_rejects)
+        self.rejects.extend(self._pending_rejects)
+        self._pending_rejects = []
+
+    def add(self, input_index: int, sample: dict[str, Any]) -> None:
+        """Add the sample made from input `input_index` (inputs arrive in order)."""
+        self._current_input = input_index
+        self.writer.add(sample)
+
+    def reject(self, input_index: int, source: str, reason: str) -> None:
+        if self.options.strict:
+            raise DataError(f"{source}: {reason} (--strict stops at the first bad input)")
+        self._pending_rejects.append({"input": input_index, "source": source, "reason": reason})
+
+    def finish(self, inputs: int, settings: dict[str, Any], stats: dict[str, Any],
+               tokenizer: dict[str, Any] | None = None,
+               classes: tuple[str, ...] | None = None) -> ConversionResult:
+        """Flush the last shard, then write rejects and, last of all, the manifest."""
+        self._current_input = inputs
+        self.writer.flush()
+        self.rejects.extend(self._pending_rejects)
+        self._pending_rejects = []
+        out = self.options.out
+        rejects_text = "".join(json.dumps(r) + "\n" for r in self.rejects)
+        write_atomic(out / REJECTS_NAME, rejects_text.encode())
+        manifest = Manifest(
+            kind=self.kind, shard_format=self.options.shard_format, columns=self.columns,
+            shards=tuple(self.writer.shards), settings=settings, tokenizer=tokenizer,
+            classes=classes, stats={**stats, "inputs": inputs, "rejected": len(self.rejects)})
+        manifest.save(out)
+        self.journal.remove()
+        return ConversionResult(manifest=manifest, out=out, inputs=inputs, rejects=self.rejects,
+                                seconds=time.perf_counter() - self.started,
+                                resumed_shards=self.resumed_shards)

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from datapipe.cli import main
+from tests.imagegen import make_image_folder
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):
+    """Run the `datapipe` CLI in-process; returns exit code and captured output."""
+
+    def run(*args: object) -> CliResult:
+        capsys.readouterr()
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def run_cli_process(*args: object, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the CLI as a real process (for kills, signals, tracebacks)."""
+    return subprocess.run([sys.executable, "-m", "datapipe.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def image_folder(tmp_path: Path) -> Path:
+    return make_image_folder(tmp_path / "src", classes=3, per_class=5)

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import run_cli_process
+
+
+def test_inspect_images_shows_label_histogram(cli, image_folder: Path, tmp_path: Path) -> None:
+    assert cli("convert", "images", image_folder, tmp_path / "out").code == 0
+    result = cli("inspect", tmp_path / "out")
+    assert result.code == 0
+    assert "15 samples" in result.out and "class_1" in result.out and "#" in result.out
+    summary = json.loads(cli("inspect", tmp_path / "out", "--json").out)
+    assert summary["labels"] == {"class_0": 5, "class_1": 5, "class_2": 5}
+
+
+def test_inspect_text_shows_length_stats(cli, tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("".join("x" * n + "\n" for n in range(1, 101)))
+    assert cli("convert", "text", tmp_path / "a.txt", tmp_path / "out", "--tokenizer",
+               "bytes").code == 0
+    summary = json.loads(cli("inspect", tmp_path / "out", "--json").out)
+    assert summary["lengths"]["min"] == 1 and summary["lengths"]["max"] == 100
+    assert summary["lengths"]["p50"] == 50.5 and summary["lengths"]["total"] == 5050
+    assert "p95" in cli("inspect", tmp_path / "out").out
+
+
+def test_verify_names_corrupt_and_missing_shards(cli, image_folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert cli("convert", "images", image_folder, out, "--shard-size", "20KB").code == 0
+    ok = cli("verify", out)
+    assert ok.code == 0 and "intact" in ok.out
+    shards = sorted(out.glob("shard-*.arrow"))
+    data = bytearray(shards[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one flipped byte
+    shards[0].write_bytes(bytes(data))
+    shards[1].unlink()
+    bad = cli("verify", out)
+    assert bad.code == 1
+    assert f"{shards[0].name}: content hash differs" in bad.err
+    assert f"{shards[1].name}: missing" in bad.err
+    assert "2 of" in bad.err
+
+
+def test_verify_of_a_non_dataset_is_one_line(cli, tmp_path: Path) -> None:
+    result = cli("verify", tmp_path)
+    assert result.code == 1 and len(result.err.strip().splitlines()) == 1
+
+
+def test_cli_process_prints_no_traceback_for_user_mistakes(tmp_path: Path) -> None:
+    result = run_cli_process("inspect", tmp_path / "nothing")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr and "nothing" in result.stderr
+
+
+def test_doctor_names_the_pil_build(cli) -> None:
+    result = cli("doctor")
+    assert result.code == 0 and result.out.startswith("PIL: pillow")
