@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing import Pool
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 from PIL import Image
@@ -70,6 +71,10 @@ class Job:
     max_side: int
     name_width: int
 
+    def class_dir(self, label: int) -> Path:
+        # Zero-padded so that sorted folder names (ImageFolder's class order) follow the labels.
+        return self.out / f"class_{label:0{max(2, len(str(self.classes - 1)))}d}"
+
 
 # ---------------------------------------------------------------- source photos from the wheels
 
@@ -85,11 +90,11 @@ def _version_key(wheel: Path) -> tuple[int, ...]:
 
 def _cached_wheel(cache: Path, dist: str) -> Path | None:
     """Newest wheel of `dist` in the cache that suits this interpreter, if any."""
-    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    ours = (f"cp{sys.version_info.major}{sys.version_info.minor}", "py3")
     wheels = [
         wheel
         for wheel in cache.glob(_wheel_prefix(dist) + "*.whl")
-        if tag in wheel.name.split("-")[-3] or "py3" in wheel.name.split("-")[-3]
+        if any(tag in wheel.name.split("-")[-3] for tag in ours)  # the wheel's python tag
     ]
     return max(wheels, key=_version_key, default=None)
 
@@ -317,7 +322,7 @@ def render_photo(index: int, job: Job, sources: list[Image.Image]) -> tuple[Imag
 
 
 def photo_path(index: int, job: Job) -> Path:
-    return job.out / f"class_{index % job.classes:02d}" / f"photo_{index:0{job.name_width}d}.jpg"
+    return job.class_dir(index % job.classes) / f"photo_{index:0{job.name_width}d}.jpg"
 
 
 def _write_photo(index: int) -> None:
@@ -365,12 +370,12 @@ def check_args(
             raise FileExistsError(f"{out} holds files other than a photo tree; not overwriting")
 
 
-def _prepare_out(out: Path, classes: int) -> None:
-    """Empty class folders in `out`, replacing an earlier photo tree (check_args vetted it)."""
-    if out.is_dir():
-        shutil.rmtree(out)
-    for label in range(classes):
-        (out / f"class_{label:02d}").mkdir(parents=True)
+def _prepare_out(job: Job) -> None:
+    """Empty class folders in OUT, replacing an earlier photo tree (check_args vetted it)."""
+    if job.out.is_dir():
+        shutil.rmtree(job.out)
+    for label in range(job.classes):
+        job.class_dir(label).mkdir(parents=True)
 
 
 def _workers(count: int) -> int:
@@ -396,9 +401,9 @@ def make_photos(
     """
     out = Path(out)
     check_args(out, count, classes, seed, min_side, max_side, overwrite)
-    _prepare_out(out, classes)
-    sources = [np.asarray(image.convert("RGB")) for _, image in load_sources(Path(cache))]
     job = Job(out, classes, seed, min_side, max_side, max(6, len(str(count - 1))))
+    _prepare_out(job)
+    sources = [np.asarray(image.convert("RGB")) for _, image in load_sources(Path(cache))]
     with Pool(_workers(count), initializer=_init_worker, initargs=(sources, job)) as pool:
         pool.map(_write_photo, range(count), chunksize=8)
     return out
@@ -408,7 +413,7 @@ def make_photos(
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 

@@ -1,0 +1,6 @@
+"""Loaders: shards in, batches out, with parallel workers, prefetch and exact resume."""
+
+from datapipe.loader.image_loader import Loader
+from datapipe.loader.workers import WorkerError
+
+__all__ = ["Loader", "WorkerError"]

@@ -1,0 +1,19 @@
+"""Rank and world size: explicit, or from an initialised torch.distributed."""
+
+from __future__ import annotations
+
+from datapipe.errors import ArgumentError
+
+
+def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    if rank is None and world_size is None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if rank is None or world_size is None:
+        raise ArgumentError("give both rank and world_size, or neither")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ArgumentError(f"rank {rank} / world_size {world_size}: need 0 <= rank < world_size")
+    return rank, world_size

@@ -1,0 +1,89 @@
+"""Builds one image batch: plan crops for the whole batch, then decode each sample into place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from datapipe.errors import ArgumentError, DataError
+from datapipe.format.dataset import Dataset
+from datapipe.image.cpu_decode import decode_into
+from datapipe.image.transforms import Pipeline, plan_crops
+from datapipe.loader.workers import BatchTask
+
+ON_ERROR = ("raise", "skip")
+
+
+@dataclass(frozen=True)
+class ImageBatchSpec:
+    """Everything a worker needs to build batches (small and picklable)."""
+
+    directory: str
+    pipeline: Pipeline
+    out_size: tuple[int, int]
+    seed: int
+    on_error: str = "raise"
+    extra_columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.on_error not in ON_ERROR:
+            raise ArgumentError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
+
+    def slot_nbytes(self, batch_size: int) -> int:
+        return batch_size * self.out_size[0] * self.out_size[1] * 3
+
+
+def batch_rng(seed: int, epoch: int, batch_no: int) -> np.random.Generator:
+    """Augmentation randomness: a function of the batch, not of which worker builds it."""
+    return np.random.default_rng([seed, epoch, batch_no, 0xA06])
+
+
+class ImageBatchBuilder:
+    def __init__(self, spec: ImageBatchSpec) -> None:
+        self.spec = spec
+        self.dataset = Dataset(spec.directory)
+        self.encoding = self.dataset.manifest.settings.get("encoding", "jpeg")
+        self.heights = self.dataset.scalar("height").astype(np.int64)
+        self.widths = self.dataset.scalar("width").astype(np.int64)
+        self.labels = self.dataset.scalar("label").astype(np.int64)
+        self.extras = {name: self._extra_column(name) for name in spec.extra_columns}
+
+    def _extra_column(self, name: str) -> np.ndarray | None:
+        column = self.dataset.manifest.column(name)
+        return self.dataset.scalar(name) if column.is_scalar else None
+
+    def build(self, task: BatchTask, out: np.ndarray) -> dict[str, Any]:
+        h, w = self.spec.out_size
+        images = out[: len(task.indices) * h * w * 3].reshape(-1, h, w, 3)
+        idx = task.indices
+        boxes, flips = plan_crops(self.spec.pipeline, self.heights[idx], self.widths[idx],
+                                  batch_rng(self.spec.seed, task.epoch, task.batch_no))
+        shards, rows = self.dataset.locate_many(idx)
+        kept: list[int] = []
+        skipped: list[tuple[int, str]] = []
+        for j, index in enumerate(idx.tolist()):
+            shard = self.dataset.shard(int(shards[j]))
+            row = int(rows[j])
+            try:
+                decode_into(shard.payload("image", row), self.encoding, int(self.heights[index]),
+                            int(self.widths[index]), boxes[j], bool(flips[j]),
+                            images[len(kept)])
+            except Exception as exc:  # untrusted bytes: any decoder failure names the sample
+                reason = f"{shard.path.name} row {row} (sample {index}): cannot decode: " \
+                         f"{type(exc).__name__}: {exc}"
+                if self.spec.on_error == "raise":
+                    raise DataError(reason + " (pass on_error='skip' to skip such samples)") \
+                        from None
+                skipped.append((index, reason))
+                continue
+            kept.append(j)
+        keep = np.asarray(kept, dtype=np.int64)
+        meta: dict[str, Any] = {"count": len(kept), "index": idx[keep],
+                                "label": self.labels[idx[keep]], "is_padding": task.is_pad[keep],
+                                "skipped": skipped}
+        for name, values in self.extras.items():
+            meta[name] = values[idx[keep]] if values is not None else [
+                self.dataset[int(i)][name] for i in idx[keep]]
+        return meta

@@ -1,0 +1,206 @@
+"""`Loader`: a drop-in replacement for torch's DataLoader over datapipe image shards."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from datapipe.errors import ArgumentError, DataError
+from datapipe.format.dataset import Dataset
+from datapipe.image.batch_ops import BatchTransforms
+from datapipe.image.transforms import Transform, as_pipeline
+from datapipe.loader.batch_loop import BatchProducer
+from datapipe.loader.device import pin_if_cuda, prefetch_to_device, resolve_device
+from datapipe.loader.distributed import resolve_rank
+from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
+from datapipe.loader.progress_state import LoaderPosition, make_state, restore_position
+from datapipe.sampling.order import EpochPlan
+
+DECODERS = ("cpu", "dali")
+
+
+def _default_workers() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+class Loader:
+    """Batches of images from a datapipe image dataset.
+
+    Each batch is a dict: ``image`` (uint8, shape N x C x H x W in channels-last memory, or
+    normalised floats with ``Normalize``), ``label`` and ``index`` (int64: global sample ids),
+    ``is_padding`` (bool: samples repeated so every rank runs the same number of steps), plus
+    the dataset's extra columns.
+    """
+
+    def __init__(self, path: str | Path, batch_size: int = 256, *, shuffle: bool = True,
+                 seed: int = 0, num_workers: int | None = None, decode: str = "cpu",
+                 transform: Transform | None = None, device: str | torch.device = "cpu",
+                 drop_last: bool = False, persistent: bool = True, rank: int | None = None,
+                 world_size: int | None = None, prefetch: int = 2, on_error: str = "raise",
+                 extra_columns: tuple[str, ...] | None = None) -> None:
+        if batch_size < 1:
+            raise ArgumentError(f"batch_size must be >= 1, got {batch_size}")
+        if decode not in DECODERS:
+            raise ArgumentError(f"decode must be one of {DECODERS}, got {decode!r}")
+        if prefetch < 1:
+            raise ArgumentError(f"prefetch must be >= 1, got {prefetch}")
+        self.path = Path(path)
+        self.batch_size, self.shuffle, self.seed, self.drop_last = (batch_size, shuffle, seed,
+                                                                    drop_last)
+        self.num_workers = _default_workers() if num_workers is None else num_workers
+        if self.num_workers < 0:
+            raise ArgumentError(f"num_workers must be >= 0, got {num_workers}")
+        self.rank, self.world_size = resolve_rank(rank, world_size)
+        self.device = resolve_device(device)
+        self.decode = decode
+        with Dataset(self.path) as ds:
+            self._check_dataset(ds)
+            self.num_samples = len(ds)
+            out_size = self._output_size(ds, as_pipeline(transform))
+            extras = self._extra_columns(ds, extra_columns)
+        self.pipeline = as_pipeline(transform)
+        self.spec = ImageBatchSpec(str(self.path), self.pipeline, out_size, seed, on_error, extras)
+        self.batch_transforms = BatchTransforms(self.pipeline.batch_steps, seed)
+        self._position = LoaderPosition()
+        self._producer = self._make_producer(persistent, prefetch)
+        self.skipped: list[tuple[int, str]] = []
+
+    @staticmethod
+    def _check_dataset(ds: Dataset) -> None:
+        if ds.manifest.kind != "images":
+            raise DataError(f"{ds.directory}: a {ds.manifest.kind} dataset; Loader reads images "
+                            "(use TokenLoader for text)")
+
+    @staticmethod
+    def _output_size(ds: Dataset, pipeline: Any) -> tuple[int, int]:
+        if pipeline.output_size:
+            return pipeline.output_size
+        heights, widths = ds.scalar("height"), ds.scalar("width")
+        if len(heights) and (heights.min() != heights.max() or widths.min() != widths.max()):
+            raise ArgumentError(f"{ds.directory}: stored images differ in size; give a "
+                                "transform that crops to one size (RandomResizedCrop, CenterCrop)")
+        return (int(heights[0]), int(widths[0])) if len(heights) else (1, 1)
+
+    @staticmethod
+    def _extra_columns(ds: Dataset, wanted: tuple[str, ...] | None) -> tuple[str, ...]:
+        standard = {"image", "label", "height", "width", "path"}
+        extras = tuple(c for c in ds.manifest.column_names if c not in standard)
+        if wanted is None:
+            return extras
+        for name in wanted:
+            ds.manifest.column(name)
+        return tuple(wanted)
+
+    def _make_producer(self, persistent: bool, prefetch: int) -> Any:
+        if self.decode == "dali":
+            from datapipe.image.dali_backend import DaliProducer
+
+            return DaliProducer(self.spec, self.batch_size, self.num_workers, self.device)
+        make_builder = functools.partial(ImageBatchBuilder, self.spec)
+        return BatchProducer(make_builder, self.num_workers, prefetch,
+                             self.spec.slot_nbytes(self.batch_size), persistent)
+
+    # --- the DataLoader-like surface -----------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._plan(self._position.epoch))
+
+    def set_epoch(self, epoch: int) -> None:
+        self._position.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self._position.epoch
+
+    def _plan(self, epoch: int) -> EpochPlan:
+        return EpochPlan.build(self.num_samples, seed=self.seed, epoch=epoch,
+                               shuffle=self.shuffle, rank=self.rank, world_size=self.world_size,
+                               batch_size=self.batch_size, drop_last=self.drop_last)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        start = self._position.begin_iteration()
+        epoch = self._position.epoch
+        plan = self._plan(epoch)
+        if start == 0:
+            self.skipped = []
+        host = self._host_batches(plan, epoch, start)
+        for b, batch in prefetch_to_device(host, self.device):
+            if self.batch_transforms:
+                # After the transfer: uint8 crosses the bus, float math runs on the device.
+                batch["image"] = self.batch_transforms(batch["image"], epoch, b)
+            # Counted when handed to the caller, not when built ahead: that is what resumes.
+            self._position.batches_done = b + 1
+            self._position.epoch_finished = b + 1 == len(plan)
+            yield batch
+        if start == len(plan):
+            self._position.epoch_finished = True
+        self._report_skips()
+
+    def _host_batches(self, plan: EpochPlan, epoch: int,
+                      start: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start), start):
+            yield b, self._assemble(meta, slot)
+
+    def _assemble(self, meta: dict[str, Any], slot: Any) -> dict[str, Any]:
+        n = meta["count"]
+        h, w = self.spec.out_size
+        if isinstance(slot, torch.Tensor):  # DALI hands over a finished tensor
+            images = slot
+        else:
+            # Copy out of the shared slot: it is reused for a later batch.
+            view = torch.from_numpy(slot[: n * h * w * 3]).view(n, h, w, 3)
+            images = pin_if_cuda(view.clone(), self.device)
+        images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last memory
+        self.skipped.extend(meta["skipped"])
+        batch: dict[str, Any] = {
+            "image": images,
+            "label": torch.from_numpy(np.asarray(meta["label"], dtype=np.int64)),
+            "index": torch.from_numpy(np.asarray(meta["index"], dtype=np.int64)),
+            "is_padding": torch.from_numpy(np.asarray(meta["is_padding"], dtype=bool)),
+        }
+        for name in self.spec.extra_columns:
+            value = meta[name]
+            batch[name] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+        return batch
+
+    def _report_skips(self) -> None:
+        if self.skipped:
+            warnings.warn(f"{self.path}: skipped {len(self.skipped)} samples that failed to "
+                          f"decode this epoch (first: {self.skipped[0][1]}); see loader.skipped",
+                          stacklevel=3)
+
+    # --- resume --------------------------------------------------------------------------
+
+    def _identity(self) -> dict[str, Any]:
+        return {"num_samples": self.num_samples, "batch_size": self.batch_size,
+                "shuffle": self.shuffle, "seed": self.seed, "rank": self.rank,
+                "world_size": self.world_size, "drop_last": self.drop_last}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader is: resuming from it continues with the next unseen batch."""
+        return make_state(self._position, self._identity())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._position = restore_position(state, self._identity())
+
+    def close(self) -> None:
+        self._producer.close()
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown
+            self.close()
