@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from datapipe.errors import ArgumentError
@@ -17,24 +17,31 @@ class LoaderPosition:
     epoch: int = 0
     batches_done: int = 0
     epoch_finished: bool = False
+    epoch_named: bool = field(default=False, compare=False)
 
     def set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
             self.epoch, self.batches_done, self.epoch_finished = epoch, 0, False
+        self.epoch_named = True
 
     def begin_iteration(self) -> int:
         """Called when an iteration starts; returns the first batch to produce.
 
-        A finished epoch moves on to the next one by itself (no set_epoch call needed); an
-        unfinished one (restored mid-epoch, or abandoned with `break`) continues where it was.
+        An unfinished epoch (restored mid-epoch, or left with `break`) continues where it was.
+        A finished one moves on to the next epoch by itself, unless the caller has just named
+        that epoch with set_epoch: a state saved after an epoch's last batch, restored, then
+        `set_epoch(same)` yields nothing more of that epoch rather than a surprise extra one.
         """
-        if self.epoch_finished:
+        named, self.epoch_named = self.epoch_named, False
+        if self.epoch_finished and not named:
             self.epoch, self.batches_done, self.epoch_finished = self.epoch + 1, 0, False
         return self.batches_done
 
 
 def make_state(position: LoaderPosition, identity: dict[str, Any]) -> dict[str, Any]:
-    return {"version": STATE_VERSION, **asdict(position), "identity": identity}
+    return {"version": STATE_VERSION, "epoch": position.epoch,
+            "batches_done": position.batches_done, "epoch_finished": position.epoch_finished,
+            "identity": identity}
 
 
 def restore_position(state: dict[str, Any], identity: dict[str, Any]) -> LoaderPosition:

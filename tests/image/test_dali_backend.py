@@ -1,0 +1,215 @@
+"""decode="dali": the DALI producer behind `Loader`, checked against the CPU path."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("nvidia.dali")
+
+import datapipe as dp
+import datapipe.cli
+from datapipe.errors import ArgumentError, DataError
+from datapipe.format import Dataset
+from tests.imagegen import make_image_folder
+from tests.loader.helpers import check_resume_at_every_step, indices_of
+
+CROP = dp.image.RandomResizedCrop(64) | dp.image.HorizontalFlip()
+NUM_SAMPLES = 14  # not a multiple of the batch size: the last batch is partial
+
+
+def _convert(src: Path, out: Path, *args: str) -> int:
+    try:
+        dp.cli.main(["convert", "images", str(src), str(out), *args])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """14 small JPEGs of varying sizes over uneven shards."""
+    root = tmp_path_factory.mktemp("dali")
+    src = make_image_folder(root / "src", classes=3, per_class=5, size=(72, 48))
+    (src / "class_2" / "img_004.jpg").unlink()
+    out = root / "out"
+    assert _convert(src, out, "--short-side", "48", "--shard-size", "12KB") == 0
+    return out
+
+
+def _epoch(path: Path, decode: str = "dali", epoch: int = 0, **kwargs: object) -> list[dict]:
+    kwargs = {"batch_size": 4, "num_workers": 1, "transform": CROP, **kwargs}
+    with dp.Loader(path, decode=decode, **kwargs) as loader:
+        loader.set_epoch(epoch)
+        return list(loader)
+
+
+def _mean_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).abs().mean())
+
+
+def test_every_sample_once_with_a_partial_last_batch(shards: Path) -> None:
+    with Dataset(shards) as ds:
+        labels = ds.scalar("label")
+        assert len(ds) == NUM_SAMPLES and ds.num_shards > 1
+    for epoch in range(2):
+        batches = _epoch(shards, epoch=epoch)
+        assert [len(b["index"]) for b in batches] == [4, 4, 4, 2]
+        for batch in batches:
+            image = batch["image"]
+            assert image.shape == (len(batch["index"]), 3, 64, 64) and image.dtype == torch.uint8
+            assert image.is_contiguous(memory_format=torch.channels_last)
+            assert batch["label"].tolist() == labels[batch["index"].numpy()].tolist()
+            assert not batch["is_padding"].any()
+        assert sorted(indices_of(batches)) == list(range(NUM_SAMPLES))
+
+
+def test_ranks_share_the_epoch_with_padding_flagged(shards: Path) -> None:
+    seen, steps = [], set()
+    for rank in range(3):
+        batches = _epoch(shards, rank=rank, world_size=3)
+        steps.add(len(batches))
+        seen.extend(indices_of(batches))
+        padding = sum(int(b["is_padding"].sum()) for b in batches)
+        assert padding == (1 if rank == 2 else 0)  # 14 samples over 3 ranks of 5
+    assert len(steps) == 1 and sorted(seen) == list(range(NUM_SAMPLES))
+
+
+def test_extra_columns_as_on_the_cpu_path(tmp_path: Path) -> None:
+    src = make_image_folder(tmp_path / "src", classes=2, per_class=3, size=(40, 40))
+    lines = [json.dumps({"path": str(p.relative_to(src)), "label": i % 2, "weight": str(i / 2),
+                         "caption": f"photo {i}"})
+             for i, p in enumerate(sorted(src.rglob("*.jpg")))]
+    (src / "list.jsonl").write_text("\n".join(lines) + "\n")
+    assert _convert(src / "list.jsonl", tmp_path / "out", "--short-side", "32") == 0
+    dali, cpu = _epoch(tmp_path / "out", "dali"), _epoch(tmp_path / "out", "cpu")
+    for d, c in zip(dali, cpu, strict=True):
+        assert d["weight"].dtype == torch.float64 and torch.equal(d["weight"], c["weight"])
+        assert d["caption"] == c["caption"] and d["caption"][0].startswith("photo")
+
+
+def test_same_geometry_and_nearly_the_same_pixels_as_cpu(shards: Path) -> None:
+    # Crop boxes and flips are planned as on the CPU path, so only decoder/resampler rounding
+    # differs.
+    dali, cpu = _epoch(shards, "dali"), _epoch(shards, "cpu")
+    for d, c in zip(dali, cpu, strict=True):
+        assert d["index"].tolist() == c["index"].tolist()
+        assert d["label"].tolist() == c["label"].tolist()
+        assert d["image"].shape == c["image"].shape and d["image"].dtype == c["image"].dtype
+        assert d["image"].stride() == c["image"].stride()
+        assert _mean_abs_diff(d["image"], c["image"]) < 3
+
+
+def test_center_crop_matches_cpu(shards: Path) -> None:
+    center = dp.image.CenterCrop(40)
+    dali = _epoch(shards, "dali", transform=center, shuffle=False, num_workers=0)
+    cpu = _epoch(shards, "cpu", transform=center, shuffle=False, num_workers=0)
+    for d, c in zip(dali, cpu, strict=True):
+        assert d["image"].shape[1:] == (3, 40, 40)
+        assert _mean_abs_diff(d["image"], c["image"]) < 3
+
+
+def test_repeatable_for_a_seed(shards: Path) -> None:
+    first, again = _epoch(shards, seed=3), _epoch(shards, seed=3)
+    other = _epoch(shards, seed=4)
+    for a, b in zip(first, again, strict=True):
+        assert a["index"].tolist() == b["index"].tolist()
+        assert torch.equal(a["image"], b["image"])
+    assert not all(torch.equal(a["image"], b["image"]) for a, b in zip(first, other, strict=True))
+
+
+def test_resume_mid_epoch_gives_the_same_batches(shards: Path) -> None:
+    check_resume_at_every_step(lambda: dp.Loader(shards, batch_size=5, num_workers=1,
+                                                 decode="dali", transform=CROP), epoch=1)
+
+
+def test_an_abandoned_epoch_does_not_leak_into_the_next(shards: Path) -> None:
+    def same(got: list[dict], want: list[dict]) -> bool:
+        return [b["index"].tolist() for b in got] == [b["index"].tolist() for b in want] and \
+            all(torch.equal(a["image"], b["image"]) for a, b in zip(got, want, strict=True))
+
+    reference = [_epoch(shards, epoch=e) for e in range(2)]
+    with dp.Loader(shards, batch_size=4, num_workers=1, decode="dali", transform=CROP) as loader:
+        first = next(iter(loader))  # `break` after one batch: DALI still has batches in flight
+        rest = list(loader)  # the Loader continues the unfinished epoch...
+        assert same([first, *rest], reference[0])
+        assert same(list(loader), reference[1])  # ...then starts the next
+
+
+def test_corrupt_sample_names_shard_and_sample_or_is_skipped(tmp_path: Path) -> None:
+    src = make_image_folder(tmp_path / "src", classes=1, per_class=5, size=(40, 40))
+    out = tmp_path / "out"
+    assert _convert(src, out, "--short-side", "32", "--format", "msgpack") == 0
+    shard = next(out.glob("shard-*"))
+    data = bytearray(shard.read_bytes())
+    start = data.find(b"\xff\xd8\xff")  # first JPEG in the shard: break its header
+    data[start:start + 40] = b"\x00" * 40
+    shard.write_bytes(bytes(data))
+    kwargs = {"batch_size": 2, "num_workers": 1, "shuffle": False, "decode": "dali",
+              "transform": CROP}
+    with dp.Loader(out, **kwargs) as loader, pytest.raises(DataError) as err:
+        list(loader)
+    assert shard.name in str(err.value) and "sample 0" in str(err.value)
+    with dp.Loader(out, on_error="skip", **kwargs) as loader, \
+            pytest.warns(UserWarning, match="skipped 1"):
+        batches = list(loader)
+    assert indices_of(batches) == [1, 2, 3, 4] and loader.skipped[0][0] == 0
+    assert [tuple(b["image"].shape) for b in batches] == [(1, 3, 64, 64), (2, 3, 64, 64),
+                                                           (1, 3, 64, 64)]
+
+
+def test_a_batch_only_dali_fails_on_is_decoded_on_the_cpu(
+        shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from datapipe.image import dali_backend
+
+    calls = []
+    feed = dali_backend._Feeder.__call__
+
+    def garble_second_batch(self: dali_backend._Feeder) -> tuple:
+        inputs = feed(self)
+        calls.append(1)
+        if len(calls) == 2:  # only what DALI is handed is broken, not the shard
+            inputs[0][0] = np.zeros(100, dtype=np.uint8)
+        return inputs
+
+    monkeypatch.setattr(dali_backend._Feeder, "__call__", garble_second_batch)
+    with pytest.warns(UserWarning, match="DALI failed on batch 1 ") as caught:
+        dali = _epoch(shards, shuffle=False)
+    assert len(caught) == 1
+    cpu = _epoch(shards, "cpu", shuffle=False)
+    assert [b["index"].tolist() for b in dali] == [b["index"].tolist() for b in cpu]
+    assert torch.equal(dali[1]["image"], cpu[1]["image"])  # batch 1 came from the CPU path
+    assert not torch.equal(dali[2]["image"], cpu[2]["image"])  # DALI again after it
+    assert _mean_abs_diff(dali[2]["image"], cpu[2]["image"]) < 3
+
+
+def test_raw_pixel_shards_are_refused(tmp_path: Path) -> None:
+    src = make_image_folder(tmp_path / "src", classes=1, per_class=2, size=(40, 40))
+    assert _convert(src, tmp_path / "raw", "--short-side", "32", "--encoding", "raw") == 0
+    with pytest.raises(ArgumentError, match="decode='cpu'"):
+        dp.Loader(tmp_path / "raw", decode="dali", transform=CROP)
+
+
+def test_missing_dali_is_a_clear_error(shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # makes `import nvidia.dali` fail
+    with pytest.raises(ArgumentError, match="pip install nvidia-dali"):
+        dp.Loader(shards, decode="dali", transform=CROP)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_device_decodes_on_the_gpu(shards: Path) -> None:
+    batches = _epoch(shards, device="cuda")
+    cpu = _epoch(shards, "cpu")
+    assert all(b["image"].is_cuda and b["image"].dtype == torch.uint8 for b in batches)
+    assert sorted(indices_of(batches)) == list(range(NUM_SAMPLES))
+    for d, c in zip(batches, cpu, strict=True):
+        assert d["image"].shape == c["image"].shape
+        # nvJPEG's chroma upsampling differs a little from libjpeg-turbo's.
+        assert _mean_abs_diff(d["image"].cpu(), c["image"]) < 6
+    assert np.asarray(batches[0]["index"].cpu()).shape == (4,)
