@@ -4,21 +4,28 @@ Offline, `datapipe convert` turns raw images and text into shards; online, the l
 them fast; the profiler says where the time goes.
 """
 
-from datapipe import image
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from datapipe.errors import ArgumentError, DataError, DatapipeError
 from datapipe.format import Dataset, Manifest
-from datapipe.loader import Loader, WorkerError
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ArgumentError",
-    "DataError",
-    "DatapipeError",
-    "Dataset",
-    "Loader",
-    "Manifest",
-    "WorkerError",
-    "__version__",
-    "image",
-]
+# torch-dependent parts load on first use: `datapipe convert` and friends never need torch,
+# and importing it costs more than a second.
+_LAZY = {"Loader": "datapipe.loader", "WorkerError": "datapipe.loader",
+         "image": "datapipe.image", "cli": "datapipe.cli"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = importlib.import_module(_LAZY[name])
+        return module if module.__name__ == f"datapipe.{name}" else getattr(module, name)
+    raise AttributeError(f"module 'datapipe' has no attribute {name!r}")
+
+
+__all__ = ["ArgumentError", "DataError", "DatapipeError", "Dataset", "Loader", "Manifest",
+           "WorkerError", "__version__", "cli", "image"]

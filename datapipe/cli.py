@@ -234,6 +234,35 @@ def verify_cmd(dataset: Path) -> None:
                f"({manifest.num_samples:,} samples)")
 
 
+@cli.command("bench", context_settings=CONTEXT)
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option("--batch-size", default=256, show_default=True, type=int)
+@click.option("--workers", default=0, type=int, help="Worker processes; 0 = all cores.")
+@click.option("--decode", type=click.Choice(["cpu", "dali"]), default="cpu", show_default=True)
+@click.option("--crop", default=224, show_default=True, type=int,
+              help="RandomResizedCrop size (with a random horizontal flip).")
+@click.option("--epochs", default=2, show_default=True, type=int)
+@click.option("--ceiling", is_flag=True,
+              help="Also measure plain decode of every stored image on all workers.")
+def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: int, epochs: int,
+              ceiling: bool) -> None:
+    """Measure the loader's samples/s on DATASET with these settings."""
+    from datapipe.bench import bench_loader, decode_ceiling
+    from preprocess.engine import default_workers
+
+    workers = workers or default_workers()
+    result = bench_loader(dataset, batch_size=batch_size, num_workers=workers, decode=decode,
+                          crop=crop, epochs=epochs)
+    click.echo(f"{result.samples_per_second:,.0f} samples/s ({result.samples:,} samples in "
+               f"{result.batches} batches, {result.seconds:.2f} s; first batch after "
+               f"{result.first_batch_seconds:.2f} s) with decode={decode}, {workers} workers, "
+               f"batch {batch_size}, RandomResizedCrop({crop}) + flip")
+    if ceiling:
+        top = decode_ceiling(dataset, workers)
+        click.echo(f"decode-only ceiling: {top:,.0f} images/s on {workers} processes; "
+                   f"loader at {result.samples_per_second / top:.2f} of it")
+
+
 @cli.command("doctor", context_settings=CONTEXT)
 def doctor_cmd() -> None:
     """Show which PIL build, decoders and devices datapipe will use."""

@@ -123,9 +123,18 @@ def _labels(src: Path, raw: list[Any]) -> tuple[list[int], tuple[str, ...] | Non
 
 def _typed_column(src: Path, name: str, values: list[Any]) -> tuple[str, list[Any]]:
     """Extras become int64 or float64 when every value parses as one, else strings."""
-    for kind, parse in (("int64", int), ("float64", float)):
+    for kind, parse in (("int64", _strict_int), ("float64", float)):
         try:
             return kind, [parse(v) for v in values]
         except (TypeError, ValueError):
             continue
     return "string", ["" if v is None else str(v) for v in values]
+
+
+def _strict_int(value: Any) -> int:
+    """int() that refuses to truncate: 0.5 and "0.5" are not integers."""
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(value)
+    if isinstance(value, bool):
+        raise TypeError(value)
+    return int(value)

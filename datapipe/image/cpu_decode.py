@@ -42,8 +42,9 @@ def decode_into(payload: np.ndarray, encoding: str, height: int, width: int,
         resized = image
     else:
         resized = image.resize((out_w, out_h), _RESAMPLE, box=crop)
-    pixels = np.asarray(resized)
-    out[:] = pixels[:, ::-1] if flip else pixels
+    if flip:  # PIL flips its own rows fast; a negative-stride numpy copy is 3x slower
+        resized = resized.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    out[:] = np.asarray(resized)
 
 
 def _reduced_decode(image: Image.Image, width: int, sx: float, sy: float) -> float:
