@@ -30,13 +30,16 @@ def decode_into(payload: np.ndarray, encoding: str, height: int, width: int,
             out[:] = region[:, ::-1] if flip else region
             return
         image = Image.frombuffer("RGB", (width, height), payload.data, "raw", "RGB", 0, 1)
-        scale = 1.0
     else:
         image = Image.open(io.BytesIO(payload.data))
-        scale = _reduced_decode(image, width, cw / out_w, ch / out_h)
+        _reduced_decode(image, cw / out_w, ch / out_h)
         if image.mode != "RGB":
             image = image.convert("RGB")
-    crop = (x0 / scale, y0 / scale, (x0 + cw) / scale, (y0 + ch) / scale)
+    # A reduced decode rounds sizes up: scale each axis by its own factor, and clamp so float
+    # error never puts the box outside the image.
+    sx, sy = image.width / width, image.height / height
+    crop = (x0 * sx, y0 * sy, min((x0 + cw) * sx, image.width), min((y0 + ch) * sy,
+                                                                     image.height))
     full = (0, 0, image.width, image.height)
     if image.size == (out_w, out_h) and crop == full:
         resized = image
@@ -47,11 +50,10 @@ def decode_into(payload: np.ndarray, encoding: str, height: int, width: int,
     out[:] = np.asarray(resized)
 
 
-def _reduced_decode(image: Image.Image, width: int, sx: float, sy: float) -> float:
-    """Ask for a DCT-scaled decode if the crop allows; returns the resulting reduction factor."""
+def _reduced_decode(image: Image.Image, sx: float, sy: float) -> None:
+    """Ask for a DCT-scaled decode when the crop is at least twice the output size."""
     reduction = min(sx, sy)
     if image.format == "JPEG" and reduction >= 2:
         # draft picks the largest 1/2^k scale whose result is still >= the requested size.
         image.draft("RGB", (int(image.width / reduction) + 1, int(image.height / reduction) + 1))
     image.load()
-    return width / image.width

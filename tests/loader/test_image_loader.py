@@ -209,3 +209,26 @@ def test_cuda_device_path(shards: Path) -> None:
         batch = next(iter(loader))
     assert batch["image"].is_cuda and batch["image"].dtype == torch.float16
     assert np.asarray(batch["index"].cpu()).shape == (4,)
+
+
+@pytest.mark.parametrize("size", [8, 20])
+def test_reduced_size_decode_matches_a_full_decode(shards: Path, size: int) -> None:
+    """Small crops take the DCT-scaled decode path; the result must still be the same crop."""
+    import io
+
+    from PIL import Image
+
+    transform = dp.image.CenterCrop(size, fraction=1.0)
+    with dp.Loader(shards, batch_size=23, num_workers=0, shuffle=False,
+                   transform=transform) as loader:
+        batch = next(iter(loader))
+    with Dataset(shards) as ds:
+        for j in range(0, 23, 5):
+            row = ds[j]
+            full = Image.open(io.BytesIO(row["image"].tobytes())).convert("RGB")
+            side = min(full.size)
+            box = ((full.width - side) // 2, (full.height - side) // 2)
+            want = np.asarray(full.resize((size, size), Image.Resampling.BILINEAR,
+                                          box=(*box, box[0] + side, box[1] + side)))
+            got = batch["image"][j].permute(1, 2, 0).numpy()
+            assert np.abs(got.astype(int) - want).mean() < 12
