@@ -16,7 +16,8 @@ __version__ = "0.1.0"
 
 # torch-dependent parts load on first use: `datapipe convert` and friends never need torch,
 # and importing it costs more than a second.
-_LAZY = {"Loader": "datapipe.loader", "WorkerError": "datapipe.loader",
+_LAZY = {"Loader": "datapipe.loader", "TokenLoader": "datapipe.loader",
+         "WorkerError": "datapipe.loader",
          "image": "datapipe.image", "cli": "datapipe.cli"}
 
 
@@ -28,4 +29,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["ArgumentError", "DataError", "DatapipeError", "Dataset", "Loader", "Manifest",
-           "WorkerError", "__version__", "cli", "image"]
+           "TokenLoader", "WorkerError", "__version__", "cli", "image"]

@@ -8,12 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from itertools import count
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from datapipe.loader.workers import BatchBuilder, BatchTask, WorkerPool
-from datapipe.sampling.order import EpochPlan
+
+
+class Plan(Protocol):
+    """What a producer needs of an epoch plan."""
+
+    def __len__(self) -> int: ...
+
+    def batch(self, b: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def extra(self, b: int) -> dict[str, Any] | None: ...
 
 _generations = count()
 
@@ -30,7 +39,7 @@ class BatchProducer:
         self._builder: BatchBuilder | None = None
         self._buffer: np.ndarray | None = None
 
-    def batches(self, plan: EpochPlan, epoch: int, start: int) -> Iterator[tuple[dict, np.ndarray]]:
+    def batches(self, plan: Plan, epoch: int, start: int) -> Iterator[tuple[dict, np.ndarray]]:
         """Yield (metadata, slot) for batches start..len(plan)-1. A slot stays valid until the
         generator is resumed."""
         if self.num_workers == 0:
@@ -51,7 +60,7 @@ class BatchProducer:
             if not self.persistent:
                 self.close()
 
-    def _inline(self, plan: EpochPlan, epoch: int, start: int) -> Iterator[tuple[dict, Any]]:
+    def _inline(self, plan: Plan, epoch: int, start: int) -> Iterator[tuple[dict, Any]]:
         self._builder = self._builder or self.make_builder()
         if self._buffer is None:
             self._buffer = np.empty(self.slot_nbytes, dtype=np.uint8)
@@ -69,7 +78,7 @@ class BatchProducer:
             self._pool = None
 
 
-def _task(plan: EpochPlan, generation: int, b: int, epoch: int) -> BatchTask:
+def _task(plan: Plan, generation: int, b: int, epoch: int) -> BatchTask:
     indices, is_pad = plan.batch(b)
     return BatchTask(generation=generation, batch_no=b, epoch=epoch, indices=indices,
-                     is_pad=is_pad)
+                     is_pad=is_pad, extra=plan.extra(b))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import warnings
 from collections.abc import Iterator
@@ -16,11 +15,11 @@ from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
 from datapipe.image.batch_ops import BatchTransforms
 from datapipe.image.transforms import Transform, as_pipeline
+from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import pin_if_cuda, prefetch_to_device, resolve_device
 from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
-from datapipe.loader.progress_state import LoaderPosition, make_state, restore_position
 from datapipe.sampling.order import EpochPlan
 
 DECODERS = ("cpu", "dali")
@@ -32,7 +31,7 @@ def _default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-class Loader:
+class Loader(LoaderBase):
     """Batches of images from a datapipe image dataset.
 
     Each batch is a dict: ``image`` (uint8, shape N x C x H x W in channels-last memory, or
@@ -51,6 +50,7 @@ class Loader:
             raise ArgumentError(f"batch_size must be >= 1, got {batch_size}")
         if decode not in DECODERS:
             raise ArgumentError(f"decode must be one of {DECODERS}, got {decode!r}")
+        super().__init__()
         if prefetch < 1:
             raise ArgumentError(f"prefetch must be >= 1, got {prefetch}")
         self.path = Path(path)
@@ -70,7 +70,6 @@ class Loader:
         self.pipeline = as_pipeline(transform)
         self.spec = ImageBatchSpec(str(self.path), self.pipeline, out_size, seed, on_error, extras)
         self.batch_transforms = BatchTransforms(self.pipeline.batch_steps, seed)
-        self._position = LoaderPosition()
         self._producer = self._make_producer(persistent, prefetch)
         self.skipped: list[tuple[int, str]] = []
 
@@ -114,21 +113,13 @@ class Loader:
     def __len__(self) -> int:
         return len(self._plan(self._position.epoch))
 
-    def set_epoch(self, epoch: int) -> None:
-        self._position.set_epoch(epoch)
-
-    @property
-    def epoch(self) -> int:
-        return self._position.epoch
-
     def _plan(self, epoch: int) -> EpochPlan:
         return EpochPlan.build(self.num_samples, seed=self.seed, epoch=epoch,
                                shuffle=self.shuffle, rank=self.rank, world_size=self.world_size,
                                batch_size=self.batch_size, drop_last=self.drop_last)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        start = self._position.begin_iteration()
-        epoch = self._position.epoch
+        epoch, start = self._begin_epoch()
         plan = self._plan(epoch)
         if start == 0:
             self.skipped = []
@@ -137,12 +128,9 @@ class Loader:
             if self.batch_transforms:
                 # After the transfer: uint8 crosses the bus, float math runs on the device.
                 batch["image"] = self.batch_transforms(batch["image"], epoch, b)
-            # Counted when handed to the caller, not when built ahead: that is what resumes.
-            self._position.batches_done = b + 1
-            self._position.epoch_finished = b + 1 == len(plan)
+            self._handed_out(b, len(plan))
             yield batch
-        if start == len(plan):
-            self._position.epoch_finished = True
+        self._finish_empty(start, len(plan))
         self._report_skips()
 
     def _host_batches(self, plan: EpochPlan, epoch: int,
@@ -178,29 +166,7 @@ class Loader:
                           f"decode this epoch (first: {self.skipped[0][1]}); see loader.skipped",
                           stacklevel=3)
 
-    # --- resume --------------------------------------------------------------------------
-
     def _identity(self) -> dict[str, Any]:
         return {"num_samples": self.num_samples, "batch_size": self.batch_size,
                 "shuffle": self.shuffle, "seed": self.seed, "rank": self.rank,
                 "world_size": self.world_size, "drop_last": self.drop_last}
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where this loader is: resuming from it continues with the next unseen batch."""
-        return make_state(self._position, self._identity())
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._position = restore_position(state, self._identity())
-
-    def close(self) -> None:
-        self._producer.close()
-
-    def __enter__(self) -> Loader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # interpreter shutdown
-            self.close()

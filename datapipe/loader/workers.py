@@ -38,6 +38,7 @@ class BatchTask:
     epoch: int
     indices: np.ndarray
     is_pad: np.ndarray
+    extra: dict[str, Any] | None = None  # plan-specific arrays (token ranges, rows)
 
 
 class WorkerError(DatapipeError):

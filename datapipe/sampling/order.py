@@ -62,6 +62,9 @@ class EpochPlan:
             return len(self.indices) // self.batch_size
         return -(-len(self.indices) // self.batch_size)
 
+    def extra(self, b: int) -> None:
+        return None
+
     def batch(self, b: int) -> tuple[np.ndarray, np.ndarray]:
         """Indices of batch `b` and their padding flags.
 

@@ -1,0 +1,65 @@
+"""What every datapipe loader shares: epochs, resumable position, producer lifetime."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from datapipe.loader.progress_state import LoaderPosition, make_state, restore_position
+
+
+class LoaderBase:
+    """Subclasses set `self._producer` and implement `_identity()` and `__iter__`."""
+
+    _producer: Any = None
+
+    def __init__(self) -> None:
+        self._position = LoaderPosition()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch to iterate (as with DistributedSampler.set_epoch)."""
+        self._position.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self._position.epoch
+
+    def _identity(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader is (plain JSON-able data); a loader restored from it continues
+        with the next unseen batch."""
+        return make_state(self._position, self._identity())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._position = restore_position(state, self._identity())
+
+    def _begin_epoch(self) -> tuple[int, int]:
+        """(epoch, first batch) of the iteration that is starting."""
+        start = self._position.begin_iteration()
+        return self._position.epoch, start
+
+    def _handed_out(self, b: int, num_batches: int) -> None:
+        """Count batch b as delivered: positions count what the caller got, not what was
+        built ahead."""
+        self._position.batches_done = b + 1
+        self._position.epoch_finished = b + 1 == num_batches
+
+    def _finish_empty(self, start: int, num_batches: int) -> None:
+        if start == num_batches:
+            self._position.epoch_finished = True
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close()
+
+    def __enter__(self) -> LoaderBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown
+            self.close()

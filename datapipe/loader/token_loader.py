@@ -1,0 +1,215 @@
+"""`TokenLoader`: token-budget batches of pre-tokenized documents, padding-free or not."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from datapipe.errors import ArgumentError, DataError
+from datapipe.format.dataset import Dataset
+from datapipe.loader.base import LoaderBase
+from datapipe.loader.batch_loop import BatchProducer
+from datapipe.loader.device import prefetch_to_device, resolve_device
+from datapipe.loader.distributed import resolve_rank
+from datapipe.loader.token_batches import TokenBatchBuilder
+from datapipe.sampling.order import epoch_permutation
+from datapipe.sampling.tokens import (
+    LAYOUTS,
+    TokenPlan,
+    check_fits_padded,
+    plan_fixed,
+    plan_packed,
+    plan_padded,
+    split_by_rank,
+)
+from datapipe.text.collate import CollateOptions, collate
+from datapipe.text.index import document_lengths
+
+
+@dataclass(frozen=True)
+class _RankPlan:
+    """A rank's token plan, in the shape the batch producer asks for."""
+
+    plan: TokenPlan
+    is_pad: np.ndarray  # per batch
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def batch(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        doc = self.plan.batch(b)[0]
+        return doc, np.full(len(doc), self.is_pad[b])
+
+    def extra(self, b: int) -> dict[str, Any]:
+        _, start, end, rows = self.plan.batch(b)
+        return {"start": start, "end": end, "rows": rows}
+
+
+class TokenLoader(LoaderBase):
+    """Batches of documents from a datapipe text dataset, sized by a token budget.
+
+    layout="packed": `input_ids` (1-D, all documents back to back), `cu_seqlens` (int32),
+    `position_ids`, `max_seqlen`, shifted `labels` (-100 across document ends): no padding.
+    layout="padded": length-bucketed rows padded to the longest (rounded up to
+    `pad_to_multiple_of`), with `attention_mask`. layout="fixed": rows of exactly `seq_len`
+    built by best-fit-decreasing packing, with `cu_seqlens`/`position_ids` per document.
+    Every batch has `index` (document ids in order), `is_padding` (a repeated batch that
+    evens out ranks), `num_real_tokens` and `efficiency` (real tokens / tokens computed).
+    """
+
+    def __init__(self, path: str | Path, max_tokens: int | None = None, *,
+                 batch_size: int | None = None, layout: str = "packed", seq_len: int = 0,
+                 shuffle: bool = True, seed: int = 0, num_workers: int = 0,
+                 pad_to_multiple_of: int = 1, batch_multiple_of: int = 1, pad_id: int = 0,
+                 tokenizer: str | None = None, rank: int | None = None,
+                 world_size: int | None = None, device: str | torch.device = "cpu",
+                 prefetch: int = 4, persistent: bool = True, bucket_batches: int = 64,
+                 pack_window: int = 16384) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.layout, self.seq_len, self.shuffle, self.seed = layout, seq_len, shuffle, seed
+        self.max_tokens, self.batch_size = max_tokens, batch_size
+        self.pad_to_multiple_of, self.batch_multiple_of = pad_to_multiple_of, batch_multiple_of
+        self.bucket_batches, self.pack_window = bucket_batches, pack_window
+        self._validate()
+        self.rank, self.world_size = resolve_rank(rank, world_size)
+        self.device = resolve_device(device)
+        self.collate_options = CollateOptions(layout, pad_id, pad_to_multiple_of, seq_len)
+        with Dataset(self.path) as ds:
+            _check_text_dataset(ds, tokenizer)
+            self.lengths = document_lengths(ds)
+            self.token_dtype = ds.manifest.column("tokens").numpy_dtype
+        self.num_documents = len(self.lengths)
+        if layout == "padded" and max_tokens is not None:
+            check_fits_padded(self.lengths, max_tokens, pad_to_multiple_of)  # fail early
+        self._tokens_seen = 0
+        self._tokens_computed = 0
+        self._producer = BatchProducer(
+            functools.partial(TokenBatchBuilder, str(self.path)), num_workers, prefetch,
+            self._max_batch_tokens() * self.token_dtype.itemsize, persistent)
+
+    def _validate(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ArgumentError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.max_tokens is None and self.batch_size is None:
+            raise ArgumentError("give max_tokens (a token budget) or batch_size")
+        for name in ("max_tokens", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ArgumentError(f"{name} must be >= 1, got {value}")
+        if self.pad_to_multiple_of < 1 or self.batch_multiple_of < 1:
+            raise ArgumentError("pad_to_multiple_of and batch_multiple_of must be >= 1")
+        if self.layout == "fixed":
+            if self.seq_len < 1:
+                raise ArgumentError("layout='fixed' needs seq_len >= 1")
+            if self.max_tokens is not None and self.max_tokens < self.seq_len:
+                raise ArgumentError(f"max_tokens={self.max_tokens} is smaller than one row of "
+                                    f"seq_len={self.seq_len}")
+        if self.layout == "packed" and self.max_tokens is not None and \
+                self.max_tokens < self.pad_to_multiple_of:
+            raise ArgumentError(f"max_tokens={self.max_tokens} is smaller than "
+                                f"pad_to_multiple_of={self.pad_to_multiple_of}")
+
+    def _rows_per_batch(self) -> int:
+        rows = self.batch_size or max(1, self.max_tokens // self.seq_len)
+        if rows >= self.batch_multiple_of:
+            rows -= rows % self.batch_multiple_of
+        return rows
+
+    def _max_batch_tokens(self) -> int:
+        """Upper bound on real tokens in one batch: the size of a shared-memory slot."""
+        if self.layout == "fixed":
+            return self._rows_per_batch() * self.seq_len
+        if self.max_tokens is not None:
+            return self.max_tokens
+        longest = np.sort(self.lengths)[::-1][: self.batch_size]
+        return int(longest.sum()) or 1
+
+    # --- plans ---------------------------------------------------------------------------
+
+    def _plan(self, epoch: int) -> _RankPlan:
+        order = epoch_permutation(self.num_documents, self.seed, epoch, self.shuffle)
+        rng = np.random.default_rng([self.seed, epoch, 0x70C])
+        if self.layout == "packed":
+            plan = plan_packed(order, self.lengths, self.max_tokens or 1 << 62,
+                               self.pad_to_multiple_of, self.batch_size)
+        elif self.layout == "padded":
+            plan = plan_padded(order, self.lengths, self.max_tokens or 1 << 62,
+                               self.pad_to_multiple_of, self.batch_size, self.batch_multiple_of,
+                               self.bucket_batches, rng)
+        else:
+            plan = plan_fixed(order, self.lengths, self.seq_len, self._rows_per_batch(),
+                              self.pack_window, rng)
+        mine, is_pad = split_by_rank(plan, self.rank, self.world_size)
+        return _RankPlan(mine, is_pad)
+
+    def __len__(self) -> int:
+        return len(self._plan(self._position.epoch))
+
+    # --- iteration -----------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        epoch, start = self._begin_epoch()
+        plan = self._plan(epoch)
+        host = self._host_batches(plan, epoch, start)
+        for b, batch in prefetch_to_device(host, self.device):
+            self._handed_out(b, len(plan))
+            yield batch
+        self._finish_empty(start, len(plan))
+
+    def _host_batches(self, plan: _RankPlan, epoch: int,
+                      start: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start), start):
+            tokens = slot[: meta["count"] * self.token_dtype.itemsize].view(self.token_dtype)
+            batch = collate(tokens, np.asarray(meta["seg_lengths"], dtype=np.int64),
+                            np.asarray(meta["rows"], dtype=np.int64), self.collate_options)
+            batch["index"] = torch.from_numpy(np.asarray(meta["index"], dtype=np.int64))
+            batch["is_padding"] = bool(plan.is_pad[b])
+            if not batch["is_padding"]:
+                self._tokens_seen += batch["num_real_tokens"]
+                self._tokens_computed += round(batch["num_real_tokens"] / batch["efficiency"]) \
+                    if batch["efficiency"] else 0
+            yield b, batch
+
+    @property
+    def efficiency(self) -> float:
+        """Running padding efficiency: real tokens / tokens computed, over all batches so far."""
+        return self._tokens_seen / self._tokens_computed if self._tokens_computed else 1.0
+
+    def _identity(self) -> dict[str, Any]:
+        return {"num_documents": self.num_documents, "layout": self.layout,
+                "max_tokens": self.max_tokens, "batch_size": self.batch_size,
+                "seq_len": self.seq_len, "shuffle": self.shuffle, "seed": self.seed,
+                "rank": self.rank, "world_size": self.world_size,
+                "pad_to_multiple_of": self.pad_to_multiple_of,
+                "batch_multiple_of": self.batch_multiple_of}
+
+
+def _check_text_dataset(ds: Dataset, tokenizer: str | None) -> None:
+    manifest = ds.manifest
+    if manifest.kind != "text":
+        raise DataError(f"{ds.directory}: a {manifest.kind} dataset; TokenLoader reads text")
+    if tokenizer is None:
+        return
+    stored = manifest.tokenizer or {}
+    if tokenizer == "bytes":
+        expected = "builtin:bytes-v1"
+    else:
+        from datapipe.format.hashing import hash_file
+
+        candidate = Path(tokenizer)
+        if candidate.is_dir():
+            candidate = candidate / "tokenizer.json"
+        if not candidate.is_file():
+            raise ArgumentError(f"tokenizer {tokenizer!r}: not 'bytes' nor a tokenizer.json")
+        expected = hash_file(candidate)
+    if stored.get("hash") != expected:
+        raise DataError(f"{ds.directory}: tokenized with {stored.get('name', 'unknown')!r} "
+                        f"({stored.get('hash')}), not with {tokenizer!r}; reconvert the text or "
+                        "name the tokenizer it was made with")

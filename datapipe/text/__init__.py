@@ -1,0 +1,1 @@
+"""Text batches: packed (cu_seqlens), padded and fixed-length layouts."""

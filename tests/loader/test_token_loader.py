@@ -1,0 +1,218 @@
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import datapipe as dp
+from datapipe.errors import ArgumentError, DataError
+from datapipe.format import Dataset
+from tests.loader.helpers import check_resume_at_every_step
+
+LAYOUTS = {
+    "packed": {"max_tokens": 512},
+    "padded": {"max_tokens": 1024},
+    "fixed": {"max_tokens": 512, "seq_len": 128},
+}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """300 documents of skewed length (log-normal, a few longer than 128 tokens)."""
+    root = tmp_path_factory.mktemp("tokens")
+    rng = np.random.default_rng(0)
+    words = ["alpha", "beta", "gamma", "delta", "pi", "omega", "x"]
+    lines = [" ".join(rng.choice(words, size=max(1, int(n))))
+             for n in rng.lognormal(2.5, 0.9, size=300).clip(1, 150)]
+    (root / "a.txt").write_text("\n".join(lines) + "\n")
+    out = root / "out"
+    try:
+        dp.cli.main(["convert", "text", str(root / "a.txt"), str(out), "--tokenizer", "bytes",
+                     "--append-eos", "--shard-size", "8KB"])
+    except SystemExit as exc:
+        assert not exc.code
+    return out
+
+
+def _dataset_tokens(path: Path) -> Counter:
+    with Dataset(path) as ds:
+        return Counter(np.concatenate([ds[i]["tokens"] for i in range(len(ds))]).tolist())
+
+
+def _real_tokens(batch: dict) -> list[int]:
+    if "attention_mask" in batch:
+        return batch["input_ids"][batch["attention_mask"].bool()].tolist()
+    return batch["input_ids"][: batch["num_real_tokens"]].tolist()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_epoch_is_exactly_the_datasets_tokens(corpus: Path, layout: str,
+                                                 workers: int) -> None:
+    with dp.TokenLoader(corpus, layout=layout, num_workers=workers, **LAYOUTS[layout]) as loader:
+        batches = list(loader)
+    got = Counter(t for b in batches for t in _real_tokens(b))
+    assert got == _dataset_tokens(corpus)
+    docs = Counter(int(i) for b in batches for i in b["index"].tolist())
+    if layout == "padded":
+        assert sorted(docs) == list(range(300)) and set(docs.values()) == {1}
+    else:  # split documents appear once per piece
+        assert sorted(docs) == list(range(300))
+
+
+def test_packed_has_no_padding_and_consistent_fields(corpus: Path) -> None:
+    with dp.TokenLoader(corpus, max_tokens=512, layout="packed") as loader:
+        for batch in loader:
+            ids, cu = batch["input_ids"], batch["cu_seqlens"]
+            assert batch["efficiency"] == 1.0 and len(ids) <= 512
+            assert cu.dtype == torch.int32 and cu[0] == 0 and cu[-1] == len(ids)
+            lengths = torch.diff(cu)
+            assert batch["max_seqlen"] == int(lengths.max())
+            expected_pos = torch.cat([torch.arange(int(n)) for n in lengths])
+            assert torch.equal(batch["position_ids"], expected_pos)
+            for a, b in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True):
+                assert torch.equal(batch["labels"][a:b - 1], ids[a + 1:b])
+                assert batch["labels"][b - 1] == -100
+        assert loader.efficiency == 1.0
+
+
+def test_pad_to_multiple_adds_one_dummy_sequence(corpus: Path) -> None:
+    with dp.TokenLoader(corpus, max_tokens=500, layout="packed", pad_to_multiple_of=8) as loader:
+        batch = next(iter(loader))
+    n = len(batch["input_ids"])
+    assert n % 8 == 0 and n <= 500
+    tail = n - batch["num_real_tokens"]
+    if tail:
+        assert int(batch["cu_seqlens"][-1] - batch["cu_seqlens"][-2]) == tail
+        assert (batch["labels"][-tail:] == -100).all()
+
+
+def test_padded_buckets_lengths_and_masks(corpus: Path) -> None:
+    with dp.TokenLoader(corpus, max_tokens=1024, layout="padded", pad_to_multiple_of=8,
+                        batch_multiple_of=2) as loader:
+        batches = list(loader)
+        efficiency = loader.efficiency
+    for batch in batches:
+        rows, width = batch["input_ids"].shape
+        assert width % 8 == 0 and rows * width <= 1024
+        mask = batch["attention_mask"]
+        assert (batch["labels"][mask == 0] == -100).all()
+    assert efficiency > 0.85, "length bucketing keeps padding low on a skewed mix"
+
+
+def test_fixed_rows_are_full_length_and_efficient(corpus: Path) -> None:
+    with dp.TokenLoader(corpus, max_tokens=1024, layout="fixed", seq_len=128) as loader:
+        batches = list(loader)
+        efficiency = loader.efficiency
+    for batch in batches:
+        assert batch["input_ids"].shape[1] == 128 and batch["input_ids"].shape[0] <= 8
+        cu = batch["cu_seqlens"]
+        assert cu[-1] == batch["input_ids"].numel()
+        flat_pos = batch["position_ids"].flatten()
+        expected = torch.cat([torch.arange(int(n)) for n in torch.diff(cu)])
+        assert torch.equal(flat_pos, expected), "positions restart at every document"
+    assert efficiency > 0.95
+
+
+def _causal_lm_loss_per_token(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor,
+                              mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    logits = model(ids, mask, positions)
+    return torch.nn.functional.cross_entropy(logits, labels, ignore_index=-100,
+                                             reduction="none")
+
+
+class TinyCausalLM(torch.nn.Module):
+    """One attention layer; `mask[i, j]` says token i may attend to token j."""
+
+    def __init__(self, vocab: int = 260, dim: int = 16) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.pos = torch.nn.Embedding(512, dim)
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, vocab)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor,
+                positions: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids) + self.pos(positions)
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        scores = scores.masked_fill(~mask, float("-inf"))
+        return self.out(torch.softmax(scores, dim=-1) @ v + x)
+
+
+def test_packed_loss_equals_padded_loss_per_token(corpus: Path) -> None:
+    model = TinyCausalLM().double()
+    with dp.TokenLoader(corpus, max_tokens=400, layout="packed", shuffle=False) as loader:
+        packed = next(iter(loader))
+    cu = packed["cu_seqlens"].long()
+    n = len(packed["input_ids"])
+    doc_of = torch.repeat_interleave(torch.arange(len(cu) - 1), torch.diff(cu))
+    causal = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    block_diagonal = causal & (doc_of[:, None] == doc_of[None, :])
+    packed_loss = _causal_lm_loss_per_token(model, packed["input_ids"], packed["labels"],
+                                            block_diagonal, packed["position_ids"])
+    for d, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True)):
+        width = b - a + 5  # the same document, padded on the right
+        ids = torch.zeros(width, dtype=torch.long)
+        ids[: b - a] = packed["input_ids"][a:b]
+        labels = torch.full((width,), -100, dtype=torch.long)
+        labels[: b - a] = packed["labels"][a:b]
+        valid = torch.arange(width) < b - a
+        mask = torch.tril(torch.ones(width, width, dtype=torch.bool)) & valid[None, :]
+        mask |= torch.eye(width, dtype=torch.bool)  # padding rows attend to themselves only
+        padded_loss = _causal_lm_loss_per_token(model, ids, labels, mask, torch.arange(width))
+        torch.testing.assert_close(padded_loss[: b - a], packed_loss[a:b], msg=f"doc {d}")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("workers", [0, 1])
+def test_resume_at_every_step_is_exact(corpus: Path, layout: str, workers: int) -> None:
+    check_resume_at_every_step(lambda: dp.TokenLoader(
+        corpus, layout=layout, num_workers=workers, seed=5, **LAYOUTS[layout]), epoch=2)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_exactly_once_across_ranks(corpus: Path, world: int, layout: str) -> None:
+    tokens, steps = Counter(), set()
+    for rank in range(world):
+        with dp.TokenLoader(corpus, layout=layout, rank=rank, world_size=world,
+                            **LAYOUTS[layout]) as loader:
+            batches = list(loader)
+        steps.add(len(batches))
+        tokens.update(t for b in batches if not b["is_padding"] for t in _real_tokens(b))
+    assert len(steps) == 1 and tokens == _dataset_tokens(corpus)
+
+
+def test_determinism_and_new_order_each_epoch(corpus: Path) -> None:
+    def order(epoch: int, seed: int = 0) -> list[int]:
+        with dp.TokenLoader(corpus, max_tokens=512, seed=seed) as loader:
+            loader.set_epoch(epoch)
+            return [i for b in loader for i in b["index"].tolist()]
+
+    assert order(0) == order(0) and order(0) != order(1) and order(0, seed=1) != order(0)
+
+
+def test_length_index_is_cached_beside_the_shards(corpus: Path) -> None:
+    with dp.TokenLoader(corpus, max_tokens=512):
+        pass
+    assert len(list(corpus.glob(".datapipe-lengths-*.npy"))) == 1
+
+
+def test_errors_are_clear(corpus: Path, tmp_path: Path) -> None:
+    with pytest.raises(ArgumentError, match="document .* tokens, more than max_tokens"):
+        dp.TokenLoader(corpus, max_tokens=64, layout="padded")
+    with pytest.raises(ArgumentError, match="smaller than one row"):
+        dp.TokenLoader(corpus, max_tokens=64, layout="fixed", seq_len=128)
+    with pytest.raises(ArgumentError, match="layout"):
+        dp.TokenLoader(corpus, max_tokens=64, layout="ragged")
+    other = tmp_path / "tokenizer.json"
+    other.write_text("{}")
+    with pytest.raises(DataError, match="tokenized with 'bytes'"):
+        dp.TokenLoader(corpus, max_tokens=512, tokenizer=str(other))
+    dp.TokenLoader(corpus, max_tokens=512, tokenizer="bytes").close()
