@@ -30,7 +30,7 @@ def check_resume_at_every_step(make_loader: Callable[[], Any], epoch: int = 0) -
     """For every k: run k batches, save, build a fresh loader, restore, finish the epoch.
 
     The batches after the restore must be exactly the batches an uninterrupted run gives after
-    its first k (same indices, same pixels or tokens), so the epoch is still the dataset exactly once.
+    its first k (same indices, same pixels or tokens): the epoch is still the dataset once.
     """
     with make_loader() as reference:
         reference.set_epoch(epoch)

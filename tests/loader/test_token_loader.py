@@ -205,7 +205,7 @@ def test_length_index_is_cached_beside_the_shards(corpus: Path) -> None:
 
 
 def test_errors_are_clear(corpus: Path, tmp_path: Path) -> None:
-    with pytest.raises(ArgumentError, match="document .* tokens, more than max_tokens"):
+    with pytest.raises(ArgumentError, match=r"document .* tokens, more than max_tokens"):
         dp.TokenLoader(corpus, max_tokens=64, layout="padded")
     with pytest.raises(ArgumentError, match="smaller than one row"):
         dp.TokenLoader(corpus, max_tokens=64, layout="fixed", seq_len=128)
