@@ -18,15 +18,17 @@ __version__ = "0.1.0"
 # and importing it costs more than a second.
 _LAZY = {"Loader": "datapipe.loader", "TokenLoader": "datapipe.loader",
          "WorkerError": "datapipe.loader",
-         "image": "datapipe.image", "cli": "datapipe.cli"}
+         "image": "datapipe.image", "cli": "datapipe.cli", "profile": "datapipe.profile"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         module = importlib.import_module(_LAZY[name])
+        if name == "profile":  # the function, not its package
+            return module.profile
         return module if module.__name__ == f"datapipe.{name}" else getattr(module, name)
     raise AttributeError(f"module 'datapipe' has no attribute {name!r}")
 
 
 __all__ = ["ArgumentError", "DataError", "DatapipeError", "Dataset", "Loader", "Manifest",
-           "TokenLoader", "WorkerError", "__version__", "cli", "image"]
+           "TokenLoader", "WorkerError", "__version__", "cli", "image", "profile"]

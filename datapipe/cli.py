@@ -263,6 +263,40 @@ def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: i
                    f"loader at {result.samples_per_second / top:.2f} of it")
 
 
+@cli.command("profile", context_settings={**CONTEXT, "ignore_unknown_options": True,
+                                          "allow_interspersed_args": False})
+@click.option("--out", "prefix", default="datapipe-profile", show_default=True,
+              help="Write PREFIX.txt, .json, .trace.json (Chrome/Perfetto) and .html.")
+@click.option("--scaling-test", is_flag=True,
+              help="Insert a few steps at 2x the batch to tell overhead- from compute-bound.")
+@click.option("--oracle", is_flag=True,
+              help="Insert a few steps replaying a cached batch: a perfect input pipeline.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND (e.g. -- python train.py ARGS) with its datapipe loaders profiled."""
+    import os
+    import subprocess
+
+    from datapipe.profile.auto import ENV_ORACLE, ENV_PREFIX, ENV_SCALING
+
+    env = {**os.environ, ENV_PREFIX: str(Path(prefix).resolve()),
+           ENV_SCALING: "1" if scaling_test else "0",
+           ENV_ORACLE: "1" if oracle or scaling_test else "0"}
+    try:
+        code = subprocess.call(list(command), env=env)
+    except FileNotFoundError:
+        raise click.UsageError(f"cannot run {command[0]!r}: no such program") from None
+    report = Path(f"{prefix}.txt")
+    if report.is_file():
+        click.echo(report.read_text().rstrip())
+        click.echo(f"files: {prefix}.json, {prefix}.trace.json (open in ui.perfetto.dev), "
+                   f"{prefix}.html")
+    else:
+        click.echo("datapipe profile: the command iterated no datapipe loader; nothing to "
+                   "report", err=True)
+    sys.exit(code)
+
+
 @cli.command("doctor", context_settings=CONTEXT)
 def doctor_cmd() -> None:
     """Show which PIL build, decoders and devices datapipe will use."""

@@ -17,21 +17,22 @@ from datapipe.errors import DataError
 _RESAMPLE = Image.Resampling.BILINEAR
 
 
-def decode_into(payload: np.ndarray, encoding: str, height: int, width: int,
+def decode_into(payload: bytes, encoding: str, height: int, width: int,
                 box: np.ndarray, flip: bool, out: np.ndarray) -> None:
     """Decode one stored image, crop `box` (x0, y0, w, h), resize to `out` (H, W, 3), flip."""
     out_h, out_w = out.shape[:2]
     x0, y0, cw, ch = (int(v) for v in box)
     if encoding == "raw":
-        if payload.size != height * width * 3:
-            raise DataError(f"raw image holds {payload.size} bytes, expected {height}x{width}x3")
+        if len(payload) != height * width * 3:
+            raise DataError(f"raw image holds {len(payload)} bytes, expected {height}x{width}x3")
         if (cw, ch) == (out_w, out_h):
-            region = payload.reshape(height, width, 3)[y0:y0 + ch, x0:x0 + cw]
+            pixels = np.frombuffer(payload, dtype=np.uint8).reshape(height, width, 3)
+            region = pixels[y0:y0 + ch, x0:x0 + cw]
             out[:] = region[:, ::-1] if flip else region
             return
-        image = Image.frombuffer("RGB", (width, height), payload.data, "raw", "RGB", 0, 1)
+        image = Image.frombuffer("RGB", (width, height), payload, "raw", "RGB", 0, 1)
     else:
-        image = Image.open(io.BytesIO(payload.data))
+        image = Image.open(io.BytesIO(payload))  # BytesIO shares a bytes object, no copy
         _reduced_decode(image, cw / out_w, ch / out_h)
         if image.mode != "RGB":
             image = image.convert("RGB")

@@ -3,18 +3,46 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from datapipe.loader.progress_state import LoaderPosition, make_state, restore_position
 
 
 class LoaderBase:
-    """Subclasses set `self._producer` and implement `_identity()` and `__iter__`."""
+    """Subclasses set `self._producer` and implement `_identity()` and `_iterate()`."""
 
     _producer: Any = None
 
     def __init__(self) -> None:
         self._position = LoaderPosition()
+        # Whoever wants per-batch timings (the profiler) sets this; None costs nothing.
+        self.observer: Any = None
+        self._pending: dict[int, dict[str, Any]] = {}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        from datapipe.profile.auto import auto_profiler
+
+        profiler = auto_profiler()  # `datapipe profile -- python train.py` switches this on
+        if profiler is not None:
+            return profiler.wrap(self)
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[dict[str, Any]]:
+        raise NotImplementedError
+
+    def _record(self, b: int, meta: dict[str, Any], main: dict[str, float]) -> None:
+        """Keep batch b's timings until it is handed out (batches are built ahead)."""
+        if self.observer is not None:
+            self._pending[b] = {"batch": b, "epoch": self._position.epoch,
+                                "worker": meta.get("timing"), "queue": meta.get("queue"),
+                                "main": main}
+
+    def _report(self, b: int, **main: float) -> None:
+        record = self._pending.pop(b, None)
+        if record is not None and self.observer is not None:
+            record["main"].update(main)
+            self.observer.on_batch(record)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch to iterate (as with DistributedSampler.set_epoch)."""

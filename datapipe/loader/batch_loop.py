@@ -6,6 +6,7 @@ in the calling process when asked for. Either way batch b comes out as the b-th 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from itertools import count
 from typing import Any, Protocol
@@ -38,6 +39,7 @@ class BatchProducer:
         self._pool: WorkerPool | None = None
         self._builder: BatchBuilder | None = None
         self._buffer: np.ndarray | None = None
+        self.started_at: float | None = None  # when worker processes were started
 
     def batches(self, plan: Plan, epoch: int, start: int) -> Iterator[tuple[dict, np.ndarray]]:
         """Yield (metadata, slot) for batches start..len(plan)-1. A slot stays valid until the
@@ -55,7 +57,10 @@ class BatchProducer:
                 while submitted < len(plan) and submitted < b + pool.capacity:
                     pool.submit(_task(plan, generation, submitted, epoch))
                     submitted += 1
-                yield pool.result(generation, b)
+                ready = pool.ready_count()
+                meta, slot = pool.result(generation, b)
+                meta["queue"] = {"ready": ready, "capacity": pool.capacity}
+                yield meta, slot
         finally:
             if not self.persistent:
                 self.close()
@@ -65,9 +70,12 @@ class BatchProducer:
         if self._buffer is None:
             self._buffer = np.empty(self.slot_nbytes, dtype=np.uint8)
         for b in range(start, len(plan)):
-            yield self._builder.build(_task(plan, -1, b, epoch), self._buffer), self._buffer
+            meta = self._builder.build(_task(plan, -1, b, epoch), self._buffer)
+            meta["queue"] = {"ready": 0, "capacity": 0}
+            yield meta, self._buffer
 
     def _start_pool(self) -> WorkerPool:
+        self.started_at = time.perf_counter()
         self._pool = WorkerPool(self.make_builder, self.num_workers, self.prefetch,
                                 self.slot_nbytes)
         return self._pool

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,16 +119,18 @@ class Loader(LoaderBase):
                                shuffle=self.shuffle, rank=self.rank, world_size=self.world_size,
                                batch_size=self.batch_size, drop_last=self.drop_last)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def _iterate(self) -> Iterator[dict[str, Any]]:
         epoch, start = self._begin_epoch()
         plan = self._plan(epoch)
         if start == 0:
             self.skipped = []
         host = self._host_batches(plan, epoch, start)
         for b, batch in prefetch_to_device(host, self.device):
+            t0 = time.perf_counter()
             if self.batch_transforms:
                 # After the transfer: uint8 crosses the bus, float math runs on the device.
                 batch["image"] = self.batch_transforms(batch["image"], epoch, b)
+            self._report(b, transform=time.perf_counter() - t0)
             self._handed_out(b, len(plan))
             yield batch
         self._finish_empty(start, len(plan))
@@ -136,7 +139,10 @@ class Loader(LoaderBase):
     def _host_batches(self, plan: EpochPlan, epoch: int,
                       start: int) -> Iterator[tuple[int, dict[str, Any]]]:
         for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start), start):
-            yield b, self._assemble(meta, slot)
+            t0 = time.perf_counter()
+            batch = self._assemble(meta, slot)
+            self._record(b, meta, {"collate": time.perf_counter() - t0})
+            yield b, batch
 
     def _assemble(self, meta: dict[str, Any], slot: Any) -> dict[str, Any]:
         n = meta["count"]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 
 from datapipe.format.dataset import Dataset
-from datapipe.loader.workers import BatchTask
+from datapipe.loader.workers import BatchTask, worker_timing
 
 
 class TokenBatchBuilder:
@@ -28,6 +29,7 @@ class TokenBatchBuilder:
         return views
 
     def build(self, task: BatchTask, out: np.ndarray) -> dict[str, Any]:
+        started = time.perf_counter()
         tokens = out[: len(out) // self.dtype.itemsize * self.dtype.itemsize].view(self.dtype)
         start, end = task.extra["start"], task.extra["end"]
         shards, rows = self.dataset.locate_many(task.indices)
@@ -42,5 +44,7 @@ class TokenBatchBuilder:
             else:
                 tokens[pos:pos + e - s] = self.dataset.shard(k).payload("tokens", row)[s:e]
             pos += e - s
+        ended = time.perf_counter()
         return {"count": pos, "seg_lengths": end - start, "rows": task.extra["rows"],
-                "index": task.indices, "is_padding": task.is_pad}
+                "index": task.indices, "is_padding": task.is_pad,
+                "timing": worker_timing(started, ended, {"read": ended - started})}

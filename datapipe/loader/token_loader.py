@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,11 +155,12 @@ class TokenLoader(LoaderBase):
 
     # --- iteration -----------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def _iterate(self) -> Iterator[dict[str, Any]]:
         epoch, start = self._begin_epoch()
         plan = self._plan(epoch)
         host = self._host_batches(plan, epoch, start)
         for b, batch in prefetch_to_device(host, self.device):
+            self._report(b)
             self._handed_out(b, len(plan))
             yield batch
         self._finish_empty(start, len(plan))
@@ -166,6 +168,7 @@ class TokenLoader(LoaderBase):
     def _host_batches(self, plan: _RankPlan, epoch: int,
                       start: int) -> Iterator[tuple[int, dict[str, Any]]]:
         for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start), start):
+            t0 = time.perf_counter()
             tokens = slot[: meta["count"] * self.token_dtype.itemsize].view(self.token_dtype)
             batch = collate(tokens, np.asarray(meta["seg_lengths"], dtype=np.int64),
                             np.asarray(meta["rows"], dtype=np.int64), self.collate_options)
@@ -175,6 +178,7 @@ class TokenLoader(LoaderBase):
                 self._tokens_seen += batch["num_real_tokens"]
                 self._tokens_computed += round(batch["num_real_tokens"] / batch["efficiency"]) \
                     if batch["efficiency"] else 0
+            self._record(b, meta, {"collate": time.perf_counter() - t0})
             yield b, batch
 
     @property

@@ -41,6 +41,12 @@ class BatchTask:
     extra: dict[str, Any] | None = None  # plan-specific arrays (token ranges, rows)
 
 
+def worker_timing(started: float, ended: float, stages: dict[str, float]) -> dict[str, Any]:
+    """What a builder reports of its own time: wall span (perf_counter is system-wide on Linux,
+    so spans from different processes line up on one timeline) and seconds per stage."""
+    return {"pid": os.getpid(), "start": started, "end": ended, "stages": stages}
+
+
 class WorkerError(DatapipeError):
     """A worker failed or died; carries the worker's traceback."""
 
@@ -93,6 +99,14 @@ class WorkerPool:
     def capacity(self) -> int:
         """How many batches may be in flight at once."""
         return self.num_workers * self.slots_per_worker
+
+    def ready_count(self) -> int:
+        """Batches finished and waiting for the consumer (what a queue-depth plot shows)."""
+        try:
+            waiting = self._results.qsize()
+        except NotImplementedError:  # macOS
+            waiting = 0
+        return len(self._ready) + waiting
 
     def _place(self, batch_no: int) -> tuple[int, int]:
         return batch_no % self.num_workers, (batch_no // self.num_workers) % self.slots_per_worker
