@@ -18,13 +18,13 @@ __version__ = "0.1.0"
 # and importing it costs more than a second.
 _LAZY = {"Loader": "datapipe.loader", "TokenLoader": "datapipe.loader",
          "WorkerError": "datapipe.loader",
-         "image": "datapipe.image", "cli": "datapipe.cli", "profile": "datapipe.profile"}
+         "image": "datapipe.image", "cli": "datapipe.cli", "profile": "datapipe.profiling"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         module = importlib.import_module(_LAZY[name])
-        if name == "profile":  # the function, not its package
+        if name == "profile":  # the function of datapipe.profiling
             return module.profile
         return module if module.__name__ == f"datapipe.{name}" else getattr(module, name)
     raise AttributeError(f"module 'datapipe' has no attribute {name!r}")

@@ -277,7 +277,7 @@ def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[st
     import os
     import subprocess
 
-    from datapipe.profile.auto import ENV_ORACLE, ENV_PREFIX, ENV_SCALING
+    from datapipe.profiling.auto import ENV_ORACLE, ENV_PREFIX, ENV_SCALING
 
     env = {**os.environ, ENV_PREFIX: str(Path(prefix).resolve()),
            ENV_SCALING: "1" if scaling_test else "0",

@@ -21,7 +21,7 @@ class LoaderBase:
         self._pending: dict[int, dict[str, Any]] = {}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        from datapipe.profile.auto import auto_profiler
+        from datapipe.profiling.auto import auto_profiler
 
         profiler = auto_profiler()  # `datapipe profile -- python train.py` switches this on
         if profiler is not None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datapipe.profile.recorder import Profiler
-from datapipe.profile.settings import ProfileSettings
+from datapipe.profiling.recorder import Profiler
+from datapipe.profiling.settings import ProfileSettings
 
 
 def profile(report: str | Path | None = None, trace: str | Path | None = None,

@@ -10,8 +10,8 @@ import atexit
 import os
 from pathlib import Path
 
-from datapipe.profile.recorder import Profiler
-from datapipe.profile.settings import ProfileSettings
+from datapipe.profiling.recorder import Profiler
+from datapipe.profiling.settings import ProfileSettings
 
 ENV_PREFIX = "DATAPIPE_PROFILE"
 ENV_SCALING = "DATAPIPE_PROFILE_SCALING_TEST"

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from datapipe.profile.recorder import Recording
-from datapipe.profile.settings import ProfileSettings
+from datapipe.profiling.recorder import Recording
+from datapipe.profiling.settings import ProfileSettings
 
 
 def _ms(seconds: float | None) -> str:
@@ -67,10 +67,10 @@ def save_outputs(rec: Recording, results: dict[str, Any], settings: ProfileSetti
     if settings.report:
         Path(settings.report).write_text(json.dumps(results, indent=1, default=float) + "\n")
     if settings.trace:
-        from datapipe.profile.trace import chrome_trace
+        from datapipe.profiling.trace import chrome_trace
 
         Path(settings.trace).write_text(json.dumps(chrome_trace(results)))
     if settings.html:
-        from datapipe.profile.plot import timeline_page
+        from datapipe.profiling.plot import timeline_page
 
         Path(settings.html).write_text(timeline_page(results))

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.profile.recorder import Recording, StepRecord
-from datapipe.profile.settings import ProfileSettings
+from datapipe.profiling.recorder import Recording, StepRecord
+from datapipe.profiling.settings import ProfileSettings
 
 ADVICE = {
     "decode": "decode on the GPU (decode='dali', device='cuda'), store raw pixels "

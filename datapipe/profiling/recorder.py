@@ -11,9 +11,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from datapipe.profile.gpu import DeviceClock, UtilizationSampler
-from datapipe.profile.probes import double_batch
-from datapipe.profile.settings import ProfileSettings
+from datapipe.profiling.gpu import DeviceClock, UtilizationSampler
+from datapipe.profiling.probes import double_batch
+from datapipe.profiling.settings import ProfileSettings
 
 
 @dataclass
@@ -145,17 +145,17 @@ class Profiler:
         return self.recording
 
     def results(self) -> dict[str, Any]:
-        from datapipe.profile.analysis import analyse
+        from datapipe.profiling.analysis import analyse
 
         return analyse(self.finish(), self.settings)
 
     def report(self) -> str:
-        from datapipe.profile.report import render_text
+        from datapipe.profiling.report import render_text
 
         return render_text(self.results())
 
     def save(self) -> None:
-        from datapipe.profile.report import save_outputs
+        from datapipe.profiling.report import save_outputs
 
         save_outputs(self.finish(), self.results(), self.settings)
 
