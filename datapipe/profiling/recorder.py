@@ -49,6 +49,7 @@ class Profiler:
         self._device_clock = DeviceClock.create()
         self._utilization = UtilizationSampler.create()
         self._finished = False
+        self._probes_done = False
 
     # --- the loop side -----------------------------------------------------------------
 
@@ -111,13 +112,13 @@ class Profiler:
     # --- probes ------------------------------------------------------------------------
 
     def _probes_due(self) -> bool:
-        s = self.settings
-        normal = sum(1 for r in self.recording.steps if r.kind == "normal")
-        return (s.oracle or s.scaling_test) and normal == s.warmup_steps and not any(
-            r.kind != "normal" for r in self.recording.steps)
+        if self._probes_done or not (self.settings.oracle or self.settings.scaling_test):
+            return False
+        return len(self.recording.steps) >= self.settings.warmup_steps
 
     def _run_probes(self) -> Iterator[Any]:
         """Replay the last batch (no loading at all), then the batch doubled."""
+        self._probes_done = True
         batch = self._last_batch
         plans = [("oracle", batch)]
         if self.settings.scaling_test:

