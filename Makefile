@@ -21,7 +21,10 @@ lint: setup
 
 bench: setup
 	bash tools/setup.sh --bench
-	$(PY) benchmarks/run_all.py
+	$(PY) -m benchmarks.bench_convert
+	$(PY) -m benchmarks.bench_loader
+	$(PY) -m benchmarks.bench_text
+	$(PY) -m benchmarks.bench_profiler
 
 clean:
 	rm -rf $(VENV) demo-out bench-data bench-results
