@@ -247,7 +247,7 @@ def verify_cmd(dataset: Path) -> None:
 def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: int, epochs: int,
               ceiling: bool) -> None:
     """Measure the loader's samples/s on DATASET with these settings."""
-    from datapipe.bench import bench_loader, decode_ceiling
+    from datapipe.bench import bench_loader, ceiling_decoder, decode_ceiling
     from preprocess.engine import default_workers
 
     workers = workers or default_workers()
@@ -259,8 +259,9 @@ def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: i
                f"batch {batch_size}, RandomResizedCrop({crop}) + flip")
     if ceiling:
         top = decode_ceiling(dataset, workers)
-        click.echo(f"decode-only ceiling: {top:,.0f} images/s on {workers} processes; "
-                   f"loader at {result.samples_per_second / top:.2f} of it")
+        click.echo(f"decode-only ceiling: {top:,.0f} images/s on {workers} processes "
+                   f"(full decode, {ceiling_decoder()}); loader at "
+                   f"{result.samples_per_second / top:.2f} of it")
 
 
 @cli.command("profile", context_settings={**CONTEXT, "ignore_unknown_options": True,
