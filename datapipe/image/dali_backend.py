@@ -139,9 +139,10 @@ class DaliProducer:
         pipe.build()
         return pipe, feeder
 
-    def batches(self, plan: EpochPlan, epoch: int,
-                start: int) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
-        """Yield (metadata, images) for batches start..len(plan)-1, in order."""
+    def batches(self, plan: EpochPlan, epoch: int, start: int,
+                upcoming: Any = None) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
+        """Yield (metadata, images) for batches start..len(plan)-1, in order. (`upcoming` is
+        for the worker pool's cross-epoch prefetch; DALI prefetches inside its pipeline.)"""
         b = start
         while b < len(plan):
             # Each run owns its pipeline: one abandoned mid-epoch is dropped, not reused.

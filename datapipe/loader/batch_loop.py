@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from itertools import count
 from typing import Any, Protocol
 
@@ -28,6 +29,17 @@ class Plan(Protocol):
 _generations = count()
 
 
+@dataclass
+class _Stream:
+    """One epoch's batches as submitted to the pool."""
+
+    plan: Plan
+    epoch: int
+    generation: int
+    next_batch: int
+    tickets: dict[int, int] = field(default_factory=dict)
+
+
 class BatchProducer:
     def __init__(self, make_builder: Callable[[], BatchBuilder], num_workers: int,
                  prefetch: int, slot_nbytes: int, persistent: bool) -> None:
@@ -40,30 +52,71 @@ class BatchProducer:
         self._builder: BatchBuilder | None = None
         self._buffer: np.ndarray | None = None
         self.started_at: float | None = None  # when worker processes were started
+        self._ticket = 0      # tasks ever submitted: decides worker and slot
+        self._in_flight = 0   # submitted, not yet handed out
+        self._carry: _Stream | None = None  # the next epoch, already started
 
-    def batches(self, plan: Plan, epoch: int, start: int) -> Iterator[tuple[dict, np.ndarray]]:
+    def batches(self, plan: Plan, epoch: int, start: int,
+                upcoming: Callable[[], tuple[Plan, int]] | None = None,
+                ) -> Iterator[tuple[dict, np.ndarray]]:
         """Yield (metadata, slot) for batches start..len(plan)-1. A slot stays valid until the
-        generator is resumed."""
+        generator is resumed.
+
+        `upcoming()` names the plan and epoch most likely to follow: once this epoch is fully
+        submitted, free workers start on it, so a new epoch does not begin with an empty queue.
+        If the next call asks for something else, that work is discarded.
+        """
         if self.num_workers == 0:
             yield from self._inline(plan, epoch, start)
             return
         pool = self._pool or self._start_pool()
-        pool.drain()
-        generation = next(_generations)
-        submitted = start
+        current = self._take_carry(epoch, start) or self._new_stream(plan, epoch, start, pool)
+        following: _Stream | None = None
         try:
             for b in range(start, len(plan)):
-                # Keep the pool full; batch b's slot is free again once batch b-capacity is done.
-                while submitted < len(plan) and submitted < b + pool.capacity:
-                    pool.submit(_task(plan, generation, submitted, epoch))
-                    submitted += 1
+                following = self._top_up(pool, current, following, upcoming)
                 ready = pool.ready_count()
-                meta, slot = pool.result(generation, b)
+                meta, slot = pool.result(current.generation, b, current.tickets.pop(b))
+                self._in_flight -= 1
                 meta["queue"] = {"ready": ready, "capacity": pool.capacity}
                 yield meta, slot
+            self._carry = following
         finally:
             if not self.persistent:
                 self.close()
+
+    def _new_stream(self, plan: Plan, epoch: int, start: int, pool: WorkerPool) -> _Stream:
+        pool.drain()  # an abandoned iteration's tasks must finish before slots are reused
+        self._in_flight, self._carry = 0, None
+        return _Stream(plan, epoch, next(_generations), start)
+
+    def _take_carry(self, epoch: int, start: int) -> _Stream | None:
+        carry, self._carry = self._carry, None
+        if carry is not None and carry.epoch == epoch and start == 0:
+            return carry
+        return None
+
+    def _top_up(self, pool: WorkerPool, current: _Stream, following: _Stream | None,
+                upcoming: Callable[[], tuple[Plan, int]] | None) -> _Stream | None:
+        """Submit until `capacity` tasks are in flight: this epoch first, then the next."""
+        while self._in_flight < pool.capacity:
+            if current.next_batch < len(current.plan):
+                stream = current
+            elif upcoming is not None:
+                if following is None:
+                    following = _Stream(*upcoming(), next(_generations), 0)
+                if following.next_batch >= len(following.plan):
+                    break
+                stream = following
+            else:
+                break
+            b = stream.next_batch
+            stream.tickets[b] = self._ticket
+            pool.submit(_task(stream.plan, stream.generation, b, stream.epoch), self._ticket)
+            self._ticket += 1
+            self._in_flight += 1
+            stream.next_batch += 1
+        return following
 
     def _inline(self, plan: Plan, epoch: int, start: int) -> Iterator[tuple[dict, Any]]:
         self._builder = self._builder or self.make_builder()
@@ -84,6 +137,7 @@ class BatchProducer:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        self._in_flight, self._carry = 0, None
 
 
 def _task(plan: Plan, generation: int, b: int, epoch: int) -> BatchTask:

@@ -114,6 +114,9 @@ class Loader(LoaderBase):
     def __len__(self) -> int:
         return len(self._plan(self._position.epoch))
 
+    def _upcoming(self, epoch: int) -> tuple[EpochPlan, int]:
+        return self._plan(epoch), epoch
+
     def _plan(self, epoch: int) -> EpochPlan:
         return EpochPlan.build(self.num_samples, seed=self.seed, epoch=epoch,
                                shuffle=self.shuffle, rank=self.rank, world_size=self.world_size,
@@ -138,7 +141,9 @@ class Loader(LoaderBase):
 
     def _host_batches(self, plan: EpochPlan, epoch: int,
                       start: int) -> Iterator[tuple[int, dict[str, Any]]]:
-        for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start), start):
+        upcoming = functools.partial(self._upcoming, epoch + 1)
+        for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start, upcoming),
+                                         start):
             t0 = time.perf_counter()
             batch = self._assemble(meta, slot)
             self._record(b, meta, {"collate": time.perf_counter() - t0})

@@ -134,6 +134,9 @@ class TokenLoader(LoaderBase):
 
     # --- plans ---------------------------------------------------------------------------
 
+    def _upcoming(self, epoch: int) -> tuple[_RankPlan, int]:
+        return self._plan(epoch), epoch
+
     def _plan(self, epoch: int) -> _RankPlan:
         order = epoch_permutation(self.num_documents, self.seed, epoch, self.shuffle)
         rng = np.random.default_rng([self.seed, epoch, 0x70C])
@@ -167,7 +170,9 @@ class TokenLoader(LoaderBase):
 
     def _host_batches(self, plan: _RankPlan, epoch: int,
                       start: int) -> Iterator[tuple[int, dict[str, Any]]]:
-        for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start), start):
+        upcoming = functools.partial(self._upcoming, epoch + 1)
+        for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start, upcoming),
+                                         start):
             t0 = time.perf_counter()
             tokens = slot[: meta["count"] * self.token_dtype.itemsize].view(self.token_dtype)
             batch = collate(tokens, np.asarray(meta["seg_lengths"], dtype=np.int64),

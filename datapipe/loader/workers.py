@@ -108,17 +108,19 @@ class WorkerPool:
             waiting = 0
         return len(self._ready) + waiting
 
-    def _place(self, batch_no: int) -> tuple[int, int]:
-        return batch_no % self.num_workers, (batch_no // self.num_workers) % self.slots_per_worker
+    def _place(self, ticket: int) -> tuple[int, int]:
+        return ticket % self.num_workers, (ticket // self.num_workers) % self.slots_per_worker
 
-    def submit(self, task: BatchTask) -> None:
-        worker, slot = self._place(task.batch_no)
+    def submit(self, task: BatchTask, ticket: int) -> None:
+        """Queue a task; the caller must have consumed ticket - capacity before."""
+        worker, slot = self._place(ticket)
         self._outstanding.add((task.generation, task.batch_no))
         self._tasks[worker].put((slot, task))
 
-    def result(self, generation: int, batch_no: int) -> tuple[dict[str, Any], np.ndarray]:
+    def result(self, generation: int, batch_no: int,
+               ticket: int) -> tuple[dict[str, Any], np.ndarray]:
         """Wait for batch `batch_no`; returns its metadata and its slot (valid until the slot's
-        next batch is submitted)."""
+        next task is submitted)."""
         key = (generation, batch_no)
         while key not in self._ready:
             self._receive_one()
@@ -128,7 +130,7 @@ class WorkerPool:
             raise DataError(payload)
         if status == "error":
             raise WorkerError(payload)
-        worker, slot = self._place(batch_no)
+        worker, slot = self._place(ticket)
         return payload, self._views[worker][slot]
 
     def _receive_one(self) -> None:

@@ -232,3 +232,17 @@ def test_reduced_size_decode_matches_a_full_decode(shards: Path, size: int) -> N
                                           box=(*box, box[0] + side, box[1] + side)))
             got = batch["image"][j].permute(1, 2, 0).numpy()
             assert np.abs(got.astype(int) - want).mean() < 12
+
+
+def test_next_epoch_is_prefetched_and_discarded_when_not_wanted(shards: Path) -> None:
+    def epoch_of(loader: dp.Loader, epoch: int) -> list[int]:
+        loader.set_epoch(epoch)
+        return indices_of(list(loader))
+
+    with dp.Loader(shards, batch_size=4, num_workers=2, transform=CROP) as fresh:
+        want = {e: epoch_of(fresh, e) for e in (5, 1)}  # 5 then 1: never a carried epoch
+    with dp.Loader(shards, batch_size=4, num_workers=2, transform=CROP) as loader:
+        epoch_of(loader, 0)
+        assert loader._producer._carry is not None, "epoch 1 started during epoch 0"
+        assert epoch_of(loader, 1) == want[1]
+        assert epoch_of(loader, 5) == want[5], "a carried epoch 2 is dropped for epoch 5"
