@@ -22,6 +22,7 @@ import io
 import json
 import random
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -346,6 +347,28 @@ def run_once(peer: Peer, job: Job, run_dir: Path) -> dict[str, Any]:
     return record
 
 
+def run_quietly(peer: Peer, job: Job, run_dir: Path, args: argparse.Namespace
+                ) -> dict[str, Any]:
+    """One run, redone up to `args.retries` times while other work disturbed it.
+
+    On a shared machine a run that competed with someone's test suite measures them, not the
+    tool; the least disturbed attempt is kept and its `others_cores` says how clean it was.
+    """
+    best: dict[str, Any] | None = None
+    for attempt in range(args.retries + 1):
+        wait_for_quiet(args.settle)
+        run = run_once(peer, job, run_dir)
+        run["attempts"] = attempt + 1
+        if best is None or run["others_cores"] < best["others_cores"]:
+            best = run
+        if run["others_cores"] <= BUSY_ELSEWHERE:
+            break
+        print(f"(disturbed: {run['others_cores']:.2f} cores of other work, again)", end=" ",
+              flush=True)
+    assert best is not None
+    return best
+
+
 def run_all(args: argparse.Namespace, inputs: dict[str, Path],
             outcomes: dict[str, Outcome]) -> None:
     """`args.repeats` rounds, each running every peer once, so drift spreads over all."""
@@ -358,14 +381,13 @@ def run_all(args: argparse.Namespace, inputs: dict[str, Path],
             run_dir = fresh_dir(BENCH_DATA / "convert-runs" / f"{peer.name}-{repeat}")
             spec = str(tokenizer) if peer.tokenizer == "wordpiece" else "bytes"
             job = Job(str(inputs[peer.kind]), str(run_dir / "out"), args.workers, spec)
-            wait_for_quiet(args.settle)
             print(f"round {repeat}/{args.repeats}: {peer.name} ...", end=" ", flush=True)
             try:
-                outcome.runs.append(run_once(peer, job, run_dir))
+                outcome.runs.append(run_quietly(peer, job, run_dir, args))
                 run = outcome.runs[-1]
                 print(f"{run['seconds']:.1f} s (other work: {run['others_cores']:.2f} cores)",
                       flush=True)
-            except (RuntimeError, OSError) as exc:  # report the peer as failed, go on
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:  # report it, go on
                 outcome.status = f"failed: {exc}"
                 print(outcome.status, flush=True)
 
@@ -446,7 +468,8 @@ def render(info: dict[str, Any], meta: dict[str, Any], outcomes: dict[str, Outco
         f"Machine: {machine_line(info)}.", "",
         f"Each figure: median of {meta['repeats']} runs, {meta['workers']} workers, each run a "
         "fresh process into a fresh directory; times include imports and worker start-up. "
-        "CPU s: user + system time of all the run's processes.", "",
+        "CPU s: user + system time of all the run's processes. A run that other work on the "
+        f"machine disturbed is redone, up to {meta['retries']} times.", "",
         f"## Images: {photos['count']} JPEGs ({photos['megabytes']:.1f} MB, shorter side "
         f"{photos['min_short_side']}-{photos['max_short_side']} px) → shorter side "
         f"{SHORT_SIDE}, JPEG q{QUALITY}", "",
@@ -478,14 +501,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--text-mb", type=int, default=32, help="size of the generated text corpus (32)")
     add("--settle", type=float, default=10.0, help="wait up to this many seconds for other "
         "work on the machine to stop before each run (10)")
+    add("--retries", type=int, default=2, help="redo a run disturbed by other work on the "
+        "machine up to this many times, keeping the least disturbed (2)")
     add("--skip", default="", help="comma-separated: " + ", ".join(p.name for p in PEERS)
         + ", or a whole kind: images, text")
     add("--one", help=argparse.SUPPRESS)  # internal: measure one run in this process
     add("--job", help=argparse.SUPPRESS)
     add("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.repeats < 1 or args.workers < 1 or args.count < 1 or args.text_mb < 1:
-        parser.error("--repeats, --workers, --count and --text-mb must be positive")
+    if min(args.repeats, args.workers, args.count, args.text_mb) < 1 or args.retries < 0:
+        parser.error("--repeats, --workers, --count, --text-mb must be positive, --retries >= 0")
     unknown = set(filter(None, args.skip.split(","))) - set(PEERS_BY_NAME) - {"images", "text"}
     if unknown:
         parser.error(f"--skip: unknown {', '.join(sorted(unknown))}")
@@ -518,7 +543,8 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     print(f"Machine: {machine_line(info)}", flush=True)
     (inputs, meta), prep_s = timed(lambda: prepare_inputs(args, outcomes))
-    meta.update(repeats=args.repeats, workers=args.workers, prepare_s=round(prep_s, 1))
+    meta.update(repeats=args.repeats, workers=args.workers, retries=args.retries,
+                prepare_s=round(prep_s, 1))
     _, bench_s = timed(lambda: run_all(args, inputs, outcomes))
     meta["benchmark_s"] = round(bench_s, 1)
     report = render(info, meta, outcomes)
