@@ -50,6 +50,10 @@ class HFTokenizer(TextTokenizer):
             self._tok = Tokenizer.from_file(str(path))
         except Exception as exc:  # the Rust side raises a plain Exception for bad files
             raise ArgumentError(f"--tokenizer {path}: not a tokenizer.json ({exc})") from None
+        # A tokenizer.json saved for inference often truncates and pads to a fixed length;
+        # offline conversion must keep every token of every document and add none.
+        self._tok.no_truncation()
+        self._tok.no_padding()
         self.path = path
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.eos_token = eos_token or next(

@@ -9,6 +9,7 @@ of a batch; for the fixed layout, one packed row of `seq_len` tokens) and rows i
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,22 +145,27 @@ def plan_fixed(order: np.ndarray, lengths: np.ndarray, seq_len: int, rows_per_ba
 
 
 def _best_fit_decreasing(sizes: np.ndarray, capacity: int, base: int) -> list[np.ndarray]:
-    """Each item, longest first, goes to the open row it fills most tightly."""
-    by_room: list[list[int]] = [[] for _ in range(capacity + 1)]  # room left -> rows
+    """Each item, longest first, goes to the open row it fills most tightly.
+
+    Open rows are kept sorted by the room they have left, so the tightest fit is one bisect.
+    """
+    rooms: list[int] = []     # room left in each open row, ascending
+    room_rows: list[int] = []  # the row each entry of `rooms` belongs to
     members: list[list[int]] = []
     for item in np.argsort(-sizes, kind="stable").tolist():
         size = int(sizes[item])
-        row = None
-        for room in range(size, capacity + 1):
-            if by_room[room]:
-                row = by_room[room].pop()
-                left = room - size
-                break
-        if row is None:
+        i = bisect.bisect_left(rooms, size)
+        if i < len(rooms):
+            left = rooms.pop(i) - size
+            row = room_rows.pop(i)
+        else:
             row, left = len(members), capacity - size
             members.append([])
         members[row].append(base + item)
-        by_room[left].append(row)
+        if left:  # a full row can take nothing more
+            j = bisect.bisect_left(rooms, left)
+            rooms.insert(j, left)
+            room_rows.insert(j, row)
     return [np.asarray(m, dtype=np.int64) for m in members]
 
 

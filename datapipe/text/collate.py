@@ -105,12 +105,9 @@ def _fixed(ids: np.ndarray, lengths: np.ndarray, row_offsets: np.ndarray,
     if rows and len(lengths):
         row_fill[np.diff(row_offsets) == 0] = 0
     tails = seq_len - row_fill
-    # Sequence lengths over the flattened batch: each row's segments, then its tail if any.
-    per_row = [np.append(lengths[row_offsets[r]:row_offsets[r + 1]], tails[r]) for r in
-               range(rows)]
-    seq_lengths = np.concatenate(per_row) if per_row else np.empty(0, np.int64)
-    is_tail = np.concatenate([np.append(np.zeros(len(p) - 1, bool), True) for p in per_row]) \
-        if per_row else np.empty(0, bool)
+    # Sequence lengths over the flattened batch: each row's segments, then its tail.
+    seq_lengths = np.insert(lengths, row_offsets[1:], tails)
+    is_tail = np.insert(np.zeros(len(lengths), dtype=bool), row_offsets[1:], True)
     flat = np.full(rows * seq_len, options.pad_id, dtype=np.int64)
     real_positions = np.repeat(~is_tail, seq_lengths)
     flat[real_positions] = ids

@@ -114,3 +114,19 @@ def test_bad_tokenizer_arguments(cli, tmp_path: Path, args: list[str], message: 
     result = cli("convert", "text", tmp_path / "a.txt", tmp_path / "out", *argv)
     assert result.code == 2 and message in result.err
     assert len(result.err.strip().splitlines()) == 1
+
+
+def test_truncation_and_padding_saved_in_a_tokenizer_are_switched_off(cli, tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    path = train_wordpiece(tmp_path / "tokenizer.json", DOCS)
+    tok = Tokenizer.from_file(str(path))
+    tok.enable_truncation(max_length=2)
+    tok.enable_padding(length=12, pad_id=0)
+    tok.save(str(tmp_path / "inference.json"))
+    (tmp_path / "a.txt").write_text("\n".join(DOCS) + "\n")
+    assert cli("convert", "text", tmp_path / "a.txt", tmp_path / "out", "--tokenizer",
+               tmp_path / "inference.json").code == 0
+    plain = Tokenizer.from_file(str(path))
+    with Dataset(tmp_path / "out") as ds:
+        assert _tokens(ds) == [plain.encode(d, add_special_tokens=False).ids for d in DOCS]
