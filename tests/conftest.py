@@ -44,3 +44,11 @@ def run_cli_process(*args: object, timeout: float = 120) -> subprocess.Completed
 @pytest.fixture
 def image_folder(tmp_path: Path) -> Path:
     return make_image_folder(tmp_path / "src", classes=3, per_class=5)
+
+
+def convert(kind: str, *args: object) -> None:
+    """Run `datapipe convert KIND ARGS` in-process; fails the test on a non-zero exit."""
+    try:
+        main(["convert", kind, *map(str, args)])
+    except SystemExit as exc:
+        assert not exc.code, f"datapipe convert {kind} exited with {exc.code}"

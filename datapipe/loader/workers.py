@@ -10,6 +10,7 @@ worker; the consumer reorders across workers, so output order is deterministic.
 from __future__ import annotations
 
 import contextlib
+import gc
 import mmap
 import multiprocessing as mp
 import os
@@ -72,6 +73,21 @@ def _worker_main(worker_id: int, make_builder: Callable[[], BatchBuilder],
                          + traceback.format_exc()))
 
 
+def _fork_all(processes: list[Any]) -> None:
+    """Fork with the parent's objects frozen out of the child's garbage collector.
+
+    Otherwise a child can collect a parent object whose finaliser waits on threads that do
+    not exist after a fork (a DALI pipeline does exactly that) and hang before its first task.
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        for p in processes:
+            p.start()
+    finally:
+        gc.unfreeze()
+
+
 class WorkerPool:
     """`num_workers` processes, each with `slots` buffers of `slot_nbytes`."""
 
@@ -90,8 +106,7 @@ class WorkerPool:
                             args=(i, make_builder, self._slots[i], self._tasks[i],
                                   self._results))
             for i in range(num_workers)]
-        for p in self._processes:
-            p.start()
+        _fork_all(self._processes)
         self._ready: dict[tuple[int, int], tuple[str, Any]] = {}
         self._outstanding: set[tuple[int, int]] = set()
 

@@ -16,19 +16,12 @@ import datapipe as dp
 import datapipe.cli
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format import Dataset
+from tests.conftest import convert
 from tests.imagegen import make_image_folder
 from tests.loader.helpers import check_resume_at_every_step, indices_of
 
 CROP = dp.image.RandomResizedCrop(64) | dp.image.HorizontalFlip()
 NUM_SAMPLES = 14  # not a multiple of the batch size: the last batch is partial
-
-
-def _convert(src: Path, out: Path, *args: str) -> int:
-    try:
-        dp.cli.main(["convert", "images", str(src), str(out), *args])
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +31,7 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = make_image_folder(root / "src", classes=3, per_class=5, size=(72, 48))
     (src / "class_2" / "img_004.jpg").unlink()
     out = root / "out"
-    assert _convert(src, out, "--short-side", "48", "--shard-size", "12KB") == 0
+    convert("images", src, out, "--short-side", "48", "--shard-size", "12KB")
     return out
 
 
@@ -86,7 +79,7 @@ def test_extra_columns_as_on_the_cpu_path(tmp_path: Path) -> None:
                          "caption": f"photo {i}"})
              for i, p in enumerate(sorted(src.rglob("*.jpg")))]
     (src / "list.jsonl").write_text("\n".join(lines) + "\n")
-    assert _convert(src / "list.jsonl", tmp_path / "out", "--short-side", "32") == 0
+    convert("images", src / "list.jsonl", tmp_path / "out", "--short-side", "32")
     dali, cpu = _epoch(tmp_path / "out", "dali"), _epoch(tmp_path / "out", "cpu")
     for d, c in zip(dali, cpu, strict=True):
         assert d["weight"].dtype == torch.float64 and torch.equal(d["weight"], c["weight"])
@@ -144,7 +137,7 @@ def test_an_abandoned_epoch_does_not_leak_into_the_next(shards: Path) -> None:
 def test_corrupt_sample_names_shard_and_sample_or_is_skipped(tmp_path: Path) -> None:
     src = make_image_folder(tmp_path / "src", classes=1, per_class=5, size=(40, 40))
     out = tmp_path / "out"
-    assert _convert(src, out, "--short-side", "32", "--format", "msgpack") == 0
+    convert("images", src, out, "--short-side", "32", "--format", "msgpack")
     shard = next(out.glob("shard-*"))
     data = bytearray(shard.read_bytes())
     start = data.find(b"\xff\xd8\xff")  # first JPEG in the shard: break its header
@@ -190,7 +183,7 @@ def test_a_batch_only_dali_fails_on_is_decoded_on_the_cpu(
 
 def test_raw_pixel_shards_are_refused(tmp_path: Path) -> None:
     src = make_image_folder(tmp_path / "src", classes=1, per_class=2, size=(40, 40))
-    assert _convert(src, tmp_path / "raw", "--short-side", "32", "--encoding", "raw") == 0
+    convert("images", src, tmp_path / "raw", "--short-side", "32", "--encoding", "raw")
     with pytest.raises(ArgumentError, match="decode='cpu'"):
         dp.Loader(tmp_path / "raw", decode="dali", transform=CROP)
 

@@ -12,6 +12,7 @@ import torch
 import datapipe as dp
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format import Dataset
+from tests.conftest import convert
 from tests.imagegen import make_image_folder
 from tests.loader.helpers import check_resume_at_every_step, indices_of
 
@@ -25,16 +26,8 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = make_image_folder(root / "src", classes=3, per_class=8, size=(72, 48))
     (src / "class_2" / "img_007.jpg").unlink()
     out = root / "out"
-    assert _convert(src, out, "--short-side", "48", "--shard-size", "9KB") == 0
+    convert("images", src, out, "--short-side", "48", "--shard-size", "9KB")
     return out
-
-
-def _convert(src: Path, out: Path, *args: str) -> int:
-    try:
-        dp.cli.main(["convert", "images", str(src), str(out), *args])
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
 
 
 def test_batches_have_the_documented_shape(shards: Path) -> None:
@@ -144,8 +137,8 @@ def test_color_jitter_runs_through_kornia(shards: Path) -> None:
 
 def test_raw_pixel_shards_skip_decoding(tmp_path: Path) -> None:
     src = make_image_folder(tmp_path / "src", classes=1, per_class=3, size=(40, 40))
-    assert _convert(src, tmp_path / "raw", "--short-side", "32", "--encoding", "raw") == 0
-    assert _convert(src, tmp_path / "jpg", "--short-side", "32", "--quality", "100") == 0
+    convert("images", src, tmp_path / "raw", "--short-side", "32", "--encoding", "raw")
+    convert("images", src, tmp_path / "jpg", "--short-side", "32", "--quality", "100")
     images = {}
     for name in ("raw", "jpg"):
         with dp.Loader(tmp_path / name, batch_size=3, num_workers=0, shuffle=False,
@@ -163,7 +156,7 @@ def test_varying_sizes_without_a_crop_is_a_clear_error(shards: Path) -> None:
 def test_corrupt_sample_names_shard_and_sample_or_is_skipped(tmp_path: Path) -> None:
     src = make_image_folder(tmp_path / "src", classes=1, per_class=4, size=(40, 40))
     out = tmp_path / "out"
-    assert _convert(src, out, "--short-side", "32", "--format", "msgpack") == 0
+    convert("images", src, out, "--short-side", "32", "--format", "msgpack")
     shard = next(out.glob("shard-*"))
     data = bytearray(shard.read_bytes())
     start = data.find(b"\xff\xd8\xff")  # first JPEG in the shard: break its header

@@ -11,6 +11,7 @@ import torch
 import datapipe as dp
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format import Dataset
+from tests.conftest import convert
 from tests.loader.helpers import check_resume_at_every_step
 
 LAYOUTS = {
@@ -30,11 +31,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
              for n in rng.lognormal(2.5, 0.9, size=300).clip(1, 150)]
     (root / "a.txt").write_text("\n".join(lines) + "\n")
     out = root / "out"
-    try:
-        dp.cli.main(["convert", "text", str(root / "a.txt"), str(out), "--tokenizer", "bytes",
-                     "--append-eos", "--shard-size", "8KB"])
-    except SystemExit as exc:
-        assert not exc.code
+    convert("text", root / "a.txt", out, "--tokenizer", "bytes", "--append-eos",
+            "--shard-size", "8KB")
     return out
 
 

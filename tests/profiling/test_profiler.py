@@ -12,7 +12,7 @@ import torch
 
 import datapipe as dp
 from datapipe.loader import image_batches
-from tests.conftest import run_cli_process
+from tests.conftest import convert, run_cli_process
 from tests.imagegen import make_image_folder
 
 CROP = dp.image.RandomResizedCrop(32)
@@ -23,10 +23,7 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("profile")
     src = make_image_folder(root / "src", classes=2, per_class=24, size=(64, 48))
     out = root / "out"
-    try:
-        dp.cli.main(["convert", "images", str(src), str(out), "--short-side", "48"])
-    except SystemExit as exc:
-        assert not exc.code
+    convert("images", src, out, "--short-side", "48")
     return out
 
 
@@ -159,11 +156,7 @@ def test_cli_profiles_an_unchanged_script(shards: Path, tmp_path: Path) -> None:
 def test_token_loader_is_profiled_too(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("".join(f"document {i} " * (i % 7 + 1) + "\n"
                                             for i in range(200)))
-    try:
-        dp.cli.main(["convert", "text", str(tmp_path / "a.txt"), str(tmp_path / "t"),
-                     "--tokenizer", "bytes"])
-    except SystemExit as exc:
-        assert not exc.code
+    convert("text", tmp_path / "a.txt", tmp_path / "t", "--tokenizer", "bytes")
     with dp.TokenLoader(tmp_path / "t", max_tokens=256, num_workers=1) as loader:
         result = _run(loader, lambda b: _busy(0.002))
     assert "read" in result["stages"]["worker_seconds"]
