@@ -126,6 +126,40 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _proc_stats() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU-seconds of it and of the children it has reaped), from /proc."""
+    tick, stats = os.sysconf("SC_CLK_TCK"), {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
+        stats[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / tick)
+    return stats
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU-seconds used so far by process `root` (default: this one), its threads, its live
+    descendants and every process they have reaped. The difference of two readings is what a
+    tool's whole process tree (worker processes and threads) spent in between, however busy
+    the rest of the machine was. NaN where there is no /proc."""
+    if not Path("/proc/self/stat").exists():
+        return float("nan")
+    stats = _proc_stats()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    todo, total = [root or os.getpid()], 0.0
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 def wait_for_quiet(limit_s: float, idle_cores: float = 0.2) -> float:
     """Wait up to limit_s for other work on the machine to stop; returns the seconds waited."""
     start = time.perf_counter()

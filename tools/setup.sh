@@ -16,13 +16,14 @@ pip_q install -U pip
 
 # torch first, pinned to the CPU build this kind of machine carries, so the ">=" requirement of
 # datapipe is already satisfied and never pulls a multi-GB CUDA build. Users keep their own torch.
-if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+if ! "$VENV/bin/python" -m pip show -q torch >/dev/null 2>&1; then
   pip_q install "torch==${TORCH_VERSION:-2.13.0}"
 fi
 # Whatever else is installed, the torch chosen above stays.
 constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
-"$VENV/bin/python" -c "import torch; print('torch==' + torch.__version__)" > "$constraints"
+"$VENV/bin/python" -c "from importlib.metadata import version; print('torch==' + version('torch'))" \
+  > "$constraints"
 extras="dev,gpu"
 if [ "${1:-}" = "--bench" ]; then
   extras="dev,gpu,bench"
