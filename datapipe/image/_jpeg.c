@@ -7,7 +7,8 @@
  *   packed RGB, `height` rows of `width` pixels, whose top-left pixel is scaled image pixel
  *   (left, top). Rows above the box are skipped (entropy-decoded only), rows below are never
  *   read, columns outside the iMCU-aligned span are not decoded at all. The GIL is released
- *   while decoding. Raises ValueError on anything libjpeg rejects; callers fall back to PIL.
+ *   while decoding. Raises ValueError on anything libjpeg rejects or warns about (truncated or
+ *   corrupt data); callers fall back to PIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,8 +29,9 @@ static void on_error(j_common_ptr cinfo) {
 }
 
 static void on_message(j_common_ptr cinfo, int level) {
-    (void)cinfo;
-    (void)level; /* warnings (e.g. extraneous bytes) are not errors here */
+    /* A warning means corrupt data (truncation, a bad marker): fail, and let the caller's PIL
+       path decide, as it would have without this module. Trace messages (level > 0) pass. */
+    if (level < 0) on_error(cinfo);
 }
 
 static PyObject *decode_region(PyObject *self, PyObject *args) {

@@ -55,3 +55,9 @@ def test_what_libjpeg_declines_falls_back_to_pil(monkeypatch: pytest.MonkeyPatch
     np.testing.assert_array_equal(fast, slow)
     with pytest.raises(ValueError, match="libjpeg"):
         jpeg.decode_region(b"\xff\xd8 not a jpeg", 0, 0, 8, 8, 1)
+
+
+def test_truncated_jpeg_is_an_error_not_grey_pixels() -> None:
+    data = jpeg_bytes(noise_image(96, 96, 4))
+    with pytest.raises(ValueError, match="libjpeg"):
+        jpeg.decode_region(data[: len(data) // 2], 0, 0, 96, 96, 1)
