@@ -38,6 +38,7 @@ from benchmarks.common import (
     BENCH_DATA,
     cores,
     fresh_dir,
+    git_revision,
     installed,
     machine,
     machine_line,
@@ -171,6 +172,10 @@ def load_hf_datasets() -> Runner:
         data = datasets.load_dataset("text", data_files=files, split="train",
                                      cache_dir=str(Path(job.out) / "cache"))
         tokenizer = Tokenizer.from_file(job.tokenizer)
+        # A tokenizer.json saved for inference truncates and pads (here to 128); pretokenizing
+        # for training needs every token and no padding, as datapipe does.
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
 
         def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
             encodings = tokenizer.encode_batch(batch["text"], add_special_tokens=False)
@@ -449,6 +454,17 @@ def text_rows(outcomes: dict[str, Outcome], corpus_bytes: int) -> list[list[str]
     return rows
 
 
+def token_mismatches(outcomes: dict[str, Outcome]) -> list[str]:
+    """Peers whose token count differs from datapipe's with the same tokenizer: not comparable."""
+    found = []
+    for peer in (p for p in PEERS if p.kind == "text" and not p.name.startswith("datapipe")):
+        ours, theirs = outcomes[f"datapipe-text-{peer.tokenizer}"], outcomes[peer.name]
+        if ours.runs and theirs.runs and ours.runs[0]["tokens"] != theirs.runs[0]["tokens"]:
+            found.append(f"{peer.label} made {theirs.runs[0]['tokens']:,} tokens, datapipe "
+                         f"{ours.runs[0]['tokens']:,}; their tokens/s are not comparable.")
+    return found
+
+
 def headline(outcomes: dict[str, Outcome]) -> str:
     ours, theirs = rate(outcomes["datapipe"], "items"), rate(outcomes["litdata"], "items")
     if ours is None:
@@ -465,7 +481,7 @@ def render(info: dict[str, Any], meta: dict[str, Any], outcomes: dict[str, Outco
     photos, text = meta["photos"], meta.get("text")
     parts = [
         "# Conversion throughput", "", headline(outcomes), "",
-        f"Machine: {machine_line(info)}.", "",
+        f"Machine: {machine_line(info)}. Code: {meta['revision']}.", "",
         f"Each figure: median of {meta['repeats']} runs, {meta['workers']} workers, each run a "
         "fresh process into a fresh directory; times include imports and worker start-up. "
         "CPU s: user + system time of all the run's processes. A run that other work on the "
@@ -481,6 +497,7 @@ def render(info: dict[str, Any], meta: dict[str, Any], outcomes: dict[str, Outco
                   markdown_table(["tool", "tokenizer", "tokens/s", "text MB/s",
                                   "datapipe speed-up", "median s", "runs s", "import s",
                                   "CPU s", "tokens"], text_rows(outcomes, text["bytes"]))]
+    parts += [f"\nWarning: {w}" for w in token_mismatches(outcomes)]
     if _busiest(outcomes) > BUSY_ELSEWHERE:
         parts += ["", f"Warning: other processes used up to {_busiest(outcomes):.1f} cores "
                   "during some runs; those runs are slower than this machine can do."]
@@ -543,7 +560,8 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     print(f"Machine: {machine_line(info)}", flush=True)
     (inputs, meta), prep_s = timed(lambda: prepare_inputs(args, outcomes))
-    meta.update(repeats=args.repeats, workers=args.workers, retries=args.retries,
+    meta.update(revision=git_revision(), repeats=args.repeats, workers=args.workers,
+                retries=args.retries,
                 prepare_s=round(prep_s, 1))
     _, bench_s = timed(lambda: run_all(args, inputs, outcomes))
     meta["benchmark_s"] = round(bench_s, 1)

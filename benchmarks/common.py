@@ -81,6 +81,17 @@ def pil_description() -> str:
     return f"{pil['build']} {pil['version']} ({turbo})"
 
 
+def git_revision() -> str:
+    """Commit the measured code is at, with "+changes" when the work tree differs from it."""
+    def git(*args: str) -> str:
+        result = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                                check=False)
+        return result.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def machine() -> dict[str, Any]:
     return {"cpu": cpu_model(), "cores": cores(), "ram_gb": round(ram_gb(), 1),
             "python": platform.python_version(), "pil": pil_description()}

@@ -1,0 +1,696 @@
+#!/usr/bin/env python3
+"""Loader throughput, side by side on one machine, one set of photos and one job.
+
+    .venv/bin/python benchmarks/bench_loader.py [--photos DIR] [--workers 2] [--epochs 2]
+                                                [--repeats 3] [--skip dali,litdata]
+
+The job, for every tool: decode, random-resized crop to 224 (area 0.08-1, log-uniform aspect
+3/4-4/3, ten tries then a centre crop), random horizontal flip, uint8 batches of 256 shaped
+256 x 3 x 224 x 224, on --workers processes (or DALI threads). The tools:
+
+  torch       torch DataLoader over the JPEG folder, PIL in an ImageFolder-style Dataset
+  dali        DALI's own CPU pipeline over the JPEG folder (readers.file, image_random_crop)
+  webdataset  WebDataset over tar shards of the photos re-encoded at shorter side 256
+  litdata     LitData StreamingDataset over an optimize()d copy at shorter side 256
+  datapipe    datapipe.Loader over `datapipe convert images` shards, decode="cpu"
+  datapipe-dali   the same with decode="dali"
+  ceiling     datapipe.bench.decode_ceiling: plain PIL decode of every stored image
+
+The three converted forms hold the same JPEG bytes (datapipe's own resize + re-encode), so
+they pay the same decode; they are made once, before and outside any timing, and reused by
+later runs. Every run is a fresh Python process; it iterates --epochs whole epochs, and the
+clock starts when the first batch arrives (the time to it is reported as start-up). Runs of
+the different tools are interleaved, one at a time. Prints a Markdown table and saves it to
+bench-results/loader.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import importlib
+import io
+import json
+import math
+import random
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from importlib.util import find_spec
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.bench_convert import ensure_photos, list_photos, photo_stats
+from benchmarks.common import (
+    BENCH_DATA,
+    cores,
+    fresh_dir,
+    machine,
+    machine_line,
+    markdown_table,
+    median,
+    run_child,
+    timed,
+    tree_bytes,
+    tree_cpu_seconds,
+    wait_for_quiet,
+    warm_page_cache,
+    write_results,
+)
+
+if TYPE_CHECKING:
+    import torch
+    from PIL import Image
+
+BATCH = 256
+CROP = 224
+SCALE = (0.08, 1.0)
+RATIO = (3 / 4, 4 / 3)
+CROP_TRIES = 10
+SHUFFLE_BUFFER = 1000
+# Shards (WebDataset) and chunks (LitData) per dataset: both hand whole shards to workers, so
+# a single big one would leave all but one worker idle.
+PIECES = 16
+FORM_VERSION = 1  # bump when the converted forms change, so cached ones are rebuilt
+GOALS = {"torch": 3.0, "dali": 2.0}  # datapipe (decode="cpu") >= this many times the tool
+CEILING_GOAL = 0.85  # datapipe >= this fraction of the decode-only ceiling
+BUSY_ELSEWHERE = 0.2  # cores of other work during a run above which the report warns
+CHILD_ENV = {"LITDATA_DISABLE_VERSION_CHECK": "1", "HF_HUB_OFFLINE": "1",
+             "HF_DATASETS_OFFLINE": "1"}
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one measured run gets, passed to the child process as JSON."""
+
+    data: str  # the photo folder or the tool's converted form
+    workers: int
+    epochs: int
+    seed: int = 0
+
+
+Batches = Iterator[tuple[int, "torch.Tensor"]]  # (epoch, uint8 N x 3 x H x W images)
+
+
+# ---------------------------------------------------------------- the per-sample work (PIL)
+
+
+def random_resized_box(width: int, height: int) -> tuple[int, int, int, int]:
+    """torchvision's RandomResizedCrop.get_params, as (left, top, right, bottom)."""
+    area = width * height
+    log_lo, log_hi = math.log(RATIO[0]), math.log(RATIO[1])
+    for _ in range(CROP_TRIES):
+        target = area * random.uniform(*SCALE)
+        aspect = math.exp(random.uniform(log_lo, log_hi))
+        w, h = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            left, top = random.randint(0, width - w), random.randint(0, height - h)
+            return left, top, left + w, top + h
+    return centre_box(width, height)
+
+
+def centre_box(width: int, height: int) -> tuple[int, int, int, int]:
+    """torchvision's fallback: the largest centred box whose aspect is within RATIO."""
+    if width / height < RATIO[0]:
+        w, h = width, round(width / RATIO[0])
+    elif width / height > RATIO[1]:
+        w, h = round(height * RATIO[1]), height
+    else:
+        w, h = width, height
+    left, top = (width - w) // 2, (height - h) // 2
+    return left, top, left + w, top + h
+
+
+def crop_flip(image: Image.Image) -> torch.Tensor:
+    """RandomResizedCrop(224) + RandomHorizontalFlip + PILToTensor on an RGB PIL image.
+
+    `resize(box=...)` crops and resizes in one pass, without torchvision's intermediate crop
+    copy: the baseline gets the fastest plain-PIL form. The `random` module is what DataLoader
+    seeds differently in every worker."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    image = image.resize((CROP, CROP), Image.Resampling.BILINEAR,
+                         box=random_resized_box(*image.size))
+    if random.random() < 0.5:
+        image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    return torch.from_numpy(np.array(image)).permute(2, 0, 1)
+
+
+def open_rgb(source: str | bytes) -> Image.Image:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as image:
+        return image.convert("RGB")
+
+
+class JpegFolder:
+    """ImageFolder's contract (sorted class folders -> labels) with the PIL transform above."""
+
+    def __init__(self, root: str) -> None:
+        self.items = list_photos(Path(root))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path, label = self.items[index]
+        return crop_flip(open_rgb(path)), label
+
+
+def litdata_sample(item: dict[str, Any]) -> tuple[torch.Tensor, int]:
+    return crop_flip(open_rgb(item["image"])), int(item["label"])
+
+
+# ---------------------------------------------------------------- the runners (in the child)
+
+
+def torch_batches(job: Job) -> Batches:
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(JpegFolder(job.data), batch_size=BATCH, shuffle=True,
+                        num_workers=job.workers, persistent_workers=True)
+    for epoch in range(job.epochs):
+        for images, _ in loader:
+            yield epoch, images
+
+
+def dali_pipeline(job: Job) -> Any:
+    from nvidia.dali import Pipeline, fn, types
+
+    pipe = Pipeline(batch_size=BATCH, num_threads=job.workers, device_id=None, seed=job.seed)
+    with pipe:
+        # pad_last_batch: an epoch ends on a batch boundary (the tail is padded with copies of
+        # the last sample, which we drop), so every epoch is exactly the folder.
+        jpegs, _ = fn.readers.file(file_root=job.data, random_shuffle=True, pad_last_batch=True,
+                                   name="reader")
+        images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
+                                               random_area=list(SCALE),
+                                               random_aspect_ratio=list(RATIO),
+                                               num_attempts=CROP_TRIES)
+        images = fn.resize(images, resize_x=CROP, resize_y=CROP,
+                           interp_type=types.INTERP_LINEAR, antialias=True)
+        pipe.set_outputs(fn.flip(images, horizontal=fn.random.coin_flip()))
+    pipe.build()
+    return pipe
+
+
+def dali_batches(job: Job) -> Batches:
+    import numpy as np
+    import torch
+
+    pipe = dali_pipeline(job)
+    per_epoch = pipe.epoch_size("reader")
+    for epoch in range(job.epochs):
+        for start in range(0, per_epoch, BATCH):
+            (images,) = pipe.run()
+            # np.array copies: DALI reuses its output buffers on the next run.
+            array = np.array(images.as_tensor())[: per_epoch - start]
+            yield epoch, torch.from_numpy(array).permute(0, 3, 1, 2)
+
+
+def webdataset_batches(job: Job) -> Batches:
+    import webdataset as wds
+
+    urls = sorted(str(p) for p in Path(job.data).glob("*.tar"))
+    dataset = (wds.WebDataset(urls, shardshuffle=len(urls), seed=job.seed)
+               .shuffle(SHUFFLE_BUFFER).decode("pil").to_tuple("jpg", "cls")
+               .map_tuple(crop_flip, int).batched(BATCH))
+    loader = wds.WebLoader(dataset, batch_size=None, num_workers=job.workers,
+                           persistent_workers=True)
+    for epoch in range(job.epochs):
+        for images, _ in loader:
+            yield epoch, images
+
+
+def litdata_batches(job: Job) -> Batches:
+    from litdata import StreamingDataLoader, StreamingDataset
+
+    dataset = StreamingDataset(job.data, shuffle=True, seed=job.seed, transform=litdata_sample)
+    loader = StreamingDataLoader(dataset, batch_size=BATCH, num_workers=job.workers,
+                                 persistent_workers=True)
+    for epoch in range(job.epochs):
+        for images, _ in loader:
+            yield epoch, images
+
+
+def datapipe_batches(job: Job, decode: str) -> Batches:
+    import datapipe as dp
+
+    transform = dp.image.RandomResizedCrop(CROP) | dp.image.HorizontalFlip()
+    with dp.Loader(job.data, batch_size=BATCH, shuffle=True, seed=job.seed,
+                   num_workers=job.workers, decode=decode, transform=transform) as loader:
+        for epoch in range(job.epochs):
+            for batch in loader:
+                yield epoch, batch["image"]
+
+
+def check_batch(images: torch.Tensor) -> None:
+    """Proof that the tool did the whole job: a full batch of 224 x 224 crops as uint8 CHW."""
+    import torch
+
+    shape = (BATCH, 3, CROP, CROP)
+    if tuple(images.shape) != shape or images.dtype != torch.uint8:
+        raise RuntimeError(f"first batch is {tuple(images.shape)} {images.dtype}, "
+                           f"expected {shape} torch.uint8")
+
+
+def measure(batches: Batches, epochs: int) -> dict[str, Any]:
+    """Images/s, and images per CPU-second of the whole process tree, over all batches after
+    the first. Both clocks stop when the last batch arrives: shutting the tool's workers down
+    afterwards is not counted."""
+    started = time.perf_counter()
+    per_epoch = [0] * epochs
+    first = clock = last = cpu_start = cpu_last = 0.0
+    for epoch, images in batches:
+        last, cpu_last = time.perf_counter(), tree_cpu_seconds()
+        if not clock:
+            check_batch(images)
+            clock, cpu_start, first = last, cpu_last, len(images)
+        per_epoch[epoch] += len(images)
+    images = sum(per_epoch) - first
+    seconds, cpu = last - clock, cpu_last - cpu_start
+    return {"images": images, "seconds": seconds, "rate": images / seconds if seconds else 0.0,
+            "cpu_s": cpu, "cpu_rate": images / cpu if cpu else 0.0,
+            "start_s": clock - started, "epoch_images": per_epoch}
+
+
+def measure_ceiling(job: Job) -> dict[str, Any]:
+    """decode_ceiling's images/s; for images per CPU-second, the CPU of a run with no images
+    (pool start-up and shutdown) is subtracted and its warm-up decodes are counted."""
+    import numpy as np
+
+    from datapipe.bench import decode_ceiling
+    from datapipe.format.dataset import Dataset
+
+    with Dataset(job.data) as ds:
+        n = len(ds)
+    before = tree_cpu_seconds()
+    decode_ceiling(job.data, job.workers, limit=0)
+    start = tree_cpu_seconds()
+    rate = decode_ceiling(job.data, job.workers)
+    cpu = tree_cpu_seconds() - start - (start - before)
+    # decode_ceiling warms its pool on the first 8 images of each of workers * 4 chunks.
+    warm = sum(min(8, len(c)) for c in np.array_split(np.arange(n), job.workers * 4))
+    return {"rate": rate, "cpu_s": cpu, "cpu_rate": (n + warm) / cpu if cpu > 0 else 0.0}
+
+
+# ---------------------------------------------------------------- the tools
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str  # for --skip and the child's --one
+    label: str
+    form: str  # what it reads: "photos" or the name of a converted form
+    batches: Callable[[Job], Batches] | None  # None: the decode-only ceiling
+    # Checked for without importing them (a missing one makes a "not installed" row), and
+    # imported by the child before its clock starts, so start-up times exclude imports.
+    modules: tuple[str, ...] = ()
+
+
+PEERS = (
+    Peer("torch", "torch DataLoader + PIL", "photos", torch_batches, ("torch",)),
+    Peer("dali", "DALI CPU pipeline", "photos", dali_batches, ("torch", "nvidia.dali")),
+    Peer("webdataset", "WebDataset + WebLoader", "webdataset", webdataset_batches,
+         ("torch", "webdataset")),
+    Peer("litdata", "LitData StreamingDataLoader", "litdata", litdata_batches,
+         ("torch", "litdata")),
+    Peer("datapipe", 'datapipe Loader, decode="cpu"', "datapipe",
+         functools.partial(datapipe_batches, decode="cpu"), ("torch", "datapipe.loader")),
+    Peer("datapipe-dali", 'datapipe Loader, decode="dali"', "datapipe",
+         functools.partial(datapipe_batches, decode="dali"),
+         ("torch", "datapipe.loader", "nvidia.dali")),
+    Peer("ceiling", "decode-only ceiling (PIL)", "datapipe", None),
+)
+PEERS_BY_NAME = {p.name: p for p in PEERS}
+FORM_LABELS = {"photos": "JPEG folder", "webdataset": f"{PIECES} tar shards",
+               "litdata": f"{PIECES} LitData chunks", "datapipe": "datapipe shards"}
+
+
+def child_main(name: str, job_json: str, result_file: Path) -> None:
+    """Measure one run of one tool in this (fresh) process."""
+    job = Job(**json.loads(job_json))
+    peer = PEERS_BY_NAME[name]
+    try:
+        if peer.batches is None:
+            result = measure_ceiling(job)
+        else:
+            _, import_s = timed(lambda: [importlib.import_module(m) for m in peer.modules])
+            result = {**measure(peer.batches(job), job.epochs), "import_s": import_s}
+    except Exception as exc:  # the tool's own failure: one line for the table, the log has all
+        traceback.print_exc()
+        result = {"error": f"{type(exc).__name__}: {one_line(exc)}"}
+    result_file.write_text(json.dumps(result))
+
+
+# ---------------------------------------------------------------- converted forms (outside timing)
+
+
+def reencode(item: tuple[str, int]) -> tuple[bytes, int]:
+    """One photo as datapipe stores it (same resize and JPEG settings, hence the same bytes)."""
+    from preprocess.image_ops import ImageSettings, prepare_image
+
+    path, label = item
+    payload, _, _ = prepare_image(Path(path).read_bytes(), ImageSettings())
+    return payload, label
+
+
+def litdata_item(item: tuple[str, int]) -> dict[str, Any]:
+    payload, label = reencode(item)
+    return {"image": payload, "label": label}
+
+
+def make_webdataset(src: Path, out: Path, workers: int) -> None:
+    import multiprocessing
+
+    import webdataset as wds
+
+    items = list_photos(src)
+    out.mkdir(parents=True)
+    with wds.ShardWriter(str(out / "shard-%06d.tar"), maxcount=math.ceil(len(items) / PIECES),
+                         verbose=0) as sink, multiprocessing.Pool(workers) as pool:
+        for index, (payload, label) in enumerate(pool.imap(reencode, items, chunksize=16)):
+            sink.write({"__key__": f"{index:08d}", "jpg": payload, "cls": label})
+
+
+def make_litdata(src: Path, out: Path, workers: int) -> None:
+    import litdata
+
+    items = list_photos(src)
+    litdata.optimize(fn=litdata_item, inputs=items, output_dir=str(out), num_workers=workers,
+                     chunk_size=math.ceil(len(items) / PIECES), verbose=False)
+
+
+def make_datapipe(src: Path, out: Path, workers: int) -> None:
+    from datapipe.cli import main as datapipe_cli
+
+    datapipe_cli(["convert", "images", str(src), str(out), "--workers", str(workers)])
+
+
+FORM_MAKERS: dict[str, Callable[[Path, Path, int], None]] = {
+    "webdataset": make_webdataset, "litdata": make_litdata, "datapipe": make_datapipe}
+
+
+def prepare_main(form: str, src: Path, out: Path, workers: int) -> None:
+    """Child mode: build one converted form into `out` (absent when this starts)."""
+    FORM_MAKERS[form](src, out, workers)
+
+
+def forms_dir(src: Path) -> Path:
+    """Where the converted forms of `src` live: named after it, keyed by its full path."""
+    key = hashlib.sha1(str(src.resolve()).encode()).hexdigest()[:8]
+    return BENCH_DATA / "loader" / f"{src.name}-{key}"
+
+
+def fingerprint(src: Path) -> dict[str, Any]:
+    files = [Path(p) for p, _ in list_photos(src)]
+    return {"version": FORM_VERSION, "pieces": PIECES, "files": len(files),
+            "bytes": sum(p.stat().st_size for p in files)}
+
+
+def ensure_form(form: str, src: Path, workers: int) -> dict[str, Any]:
+    """The converted form, made now unless a complete one of these photos exists. Its record
+    (a .json next to it) is written last, so a killed build is rebuilt, not measured."""
+    out, record_file = forms_dir(src) / form, forms_dir(src) / f"{form}.json"
+    want = fingerprint(src)
+    if record_file.exists() and out.exists():
+        record = json.loads(record_file.read_text())
+        if record.get("fingerprint") == want:
+            return record
+    record_file.unlink(missing_ok=True)
+    fresh_dir(out).rmdir()  # the makers create it: litdata.optimize wants to
+    print(f"converting {src} to {form} in {out} ...", end=" ", flush=True)
+    argv = [str(Path(__file__).resolve()), "--prepare", form, "--job",
+            json.dumps({"src": str(src), "out": str(out), "workers": workers}),
+            "--result", str(out.parent / f"{form}.done")]
+    _, seconds = timed(lambda: run_child(argv, out.parent / f"{form}.done",
+                                         out.parent / f"{form}.log", CHILD_ENV))
+    record = {"fingerprint": want, "path": str(out), "seconds": round(seconds, 1),
+              "bytes": tree_bytes(out)}
+    record_file.write_text(json.dumps(record))
+    (out.parent / f"{form}.done").unlink()
+    print(f"{seconds:.0f} s", flush=True)
+    return record
+
+
+# ---------------------------------------------------------------- running everything
+
+
+@dataclass
+class Outcome:
+    status: str  # "ok", "skipped", "not installed: ...", "failed: ..."
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def initial_outcome(peer: Peer, skip: set[str]) -> Outcome:
+    if peer.name in skip:
+        return Outcome("skipped")
+    missing = [m for m in peer.modules if find_spec(m) is None]
+    return Outcome(f"not installed ({', '.join(missing)})" if missing else "ok")
+
+
+def prepare_forms(src: Path, workers: int, outcomes: dict[str, Outcome]
+                  ) -> dict[str, dict[str, Any]]:
+    """Every converted form a tool still in the running reads; a failure fails its readers."""
+    records: dict[str, dict[str, Any]] = {"photos": {"path": str(src)}}
+    wanted = {p.form for p in PEERS if outcomes[p.name].status == "ok"} - {"photos"}
+    for form in sorted(wanted):
+        try:
+            records[form] = ensure_form(form, src, workers)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            print(f"failed: {exc}", flush=True)
+            for peer in PEERS:
+                if peer.form == form and outcomes[peer.name].status == "ok":
+                    outcomes[peer.name].status = f"failed: converting to {form}: {exc}"
+    for record in records.values():  # no tool pays, or is spared, cold-disk reads
+        warm_page_cache(sorted(Path(record["path"]).rglob("*")))
+    return records
+
+
+def run_once(peer: Peer, job: Job, run_dir: Path) -> dict[str, Any]:
+    argv = [str(Path(__file__).resolve()), "--one", peer.name,
+            "--job", json.dumps(asdict(job)), "--result", str(run_dir / "result.json")]
+    return run_child(argv, run_dir / "result.json", run_dir / "log.txt", CHILD_ENV)
+
+
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def run_all(args: argparse.Namespace, forms: dict[str, dict[str, Any]],
+            outcomes: dict[str, Outcome]) -> None:
+    """`args.repeats` rounds, each running every tool once, so drift spreads over all."""
+    for repeat in range(1, args.repeats + 1):
+        for peer in PEERS:
+            outcome = outcomes[peer.name]
+            if outcome.status != "ok":
+                continue
+            run_dir = fresh_dir(BENCH_DATA / "loader-runs" / f"{peer.name}-{repeat}")
+            job = Job(forms[peer.form]["path"], args.workers, args.epochs)
+            wait_for_quiet(args.settle)
+            print(f"round {repeat}/{args.repeats}: {peer.name} ...", end=" ", flush=True)
+            try:
+                run = run_once(peer, job, run_dir)
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:  # it crashed
+                run = {"error": one_line(exc)}
+            if "error" in run:
+                outcome.status = f"failed: {run['error']}"
+                print(f"{outcome.status} (log: {run_dir / 'log.txt'})", flush=True)
+                continue
+            outcome.runs.append(run)
+            print(f"{run['rate']:,.0f} images/s (other work: {run['others_cores']:.2f} cores)",
+                  flush=True)
+
+
+# ---------------------------------------------------------------- the report
+
+
+def rate(outcomes: dict[str, Outcome], name: str, key: str = "rate") -> float | None:
+    """Median images/s ("rate") or images per CPU-second ("cpu_rate") of a tool's runs."""
+    outcome = outcomes[name]
+    if outcome.status != "ok" or not outcome.runs:
+        return None
+    return median([r[key] for r in outcome.runs]) or None
+
+
+def _ratio(ours: float | None, theirs: float | None, unit: str = "×") -> str:
+    return f"{ours / theirs:.2f}{unit}" if ours and theirs else "–"
+
+
+def _verdict(value: float, goal: float, unit: str = "×") -> str:
+    return f"goal ≥ {goal:g}{unit}: {'met' if value >= goal else 'NOT met'}"
+
+
+def goal_parts(outcomes: dict[str, Outcome], key: str) -> list[str]:
+    """datapipe against each goal, by images/s or by images per CPU-second."""
+    ours, parts = rate(outcomes, "datapipe", key), []
+    for name, goal in GOALS.items():
+        theirs, label = rate(outcomes, name, key), PEERS_BY_NAME[name].label
+        parts.append(f"{ours / theirs:.2f}× {label} ({_verdict(ours / theirs, goal)})"
+                     if ours and theirs else f"{label}: {outcomes[name].status}")
+    ceiling = rate(outcomes, "ceiling", key)
+    parts.append(f"{ours / ceiling:.2f} of the decode-only ceiling "
+                 f"({_verdict(ours / ceiling, CEILING_GOAL, '')})" if ours and ceiling
+                 else f"ceiling: {outcomes['ceiling'].status}")
+    return parts
+
+
+def headline(outcomes: dict[str, Outcome]) -> str:
+    ours = rate(outcomes, "datapipe")
+    if ours is None:
+        return f"**datapipe (decode=\"cpu\"): {outcomes['datapipe'].status}.**"
+    return (f"**datapipe (decode=\"cpu\"): {ours:,.0f} images/s = "
+            + "; ".join(goal_parts(outcomes, "rate")) + ".** Per CPU-second (steadier when "
+            "other work shares the cores): " + "; ".join(goal_parts(outcomes, "cpu_rate")) + ".")
+
+
+def table_rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
+    ours, ceiling = rate(outcomes, "datapipe"), rate(outcomes, "ceiling")
+    rows = []
+    for peer in PEERS:
+        outcome, theirs = outcomes[peer.name], rate(outcomes, peer.name)
+        reads = FORM_LABELS[peer.form]
+        if theirs is None:
+            rows.append([peer.label, reads, outcome.status, "", "", "", "", ""])
+            continue
+        runs = " / ".join(f"{r['rate']:,.0f}" for r in outcome.runs)
+        start = (f"{median([r['start_s'] for r in outcome.runs]):.1f}"
+                 if peer.batches is not None else "")
+        per_cpu = rate(outcomes, peer.name, "cpu_rate")
+        rows.append([peer.label, reads, f"{theirs:,.0f}", _ratio(ours, theirs),
+                     _ratio(theirs, ceiling, ""), f"{per_cpu:,.0f}" if per_cpu else "–", start,
+                     runs])
+    return rows
+
+
+def epoch_problems(outcomes: dict[str, Outcome], expected: int) -> list[str]:
+    """Tools that delivered other than exactly the folder in some epoch (not comparable)."""
+    notes = []
+    for name, outcome in outcomes.items():
+        counts = {n for r in outcome.runs for n in r.get("epoch_images", [expected])}
+        if counts - {expected}:
+            notes.append(f"{PEERS_BY_NAME[name].label} delivered {sorted(counts)} images per "
+                         f"epoch, not {expected}.")
+    return notes
+
+
+def _busiest(outcomes: dict[str, Outcome]) -> float:
+    return max((r["others_cores"] for o in outcomes.values() for r in o.runs), default=0.0)
+
+
+def notes(meta: dict[str, Any], outcomes: dict[str, Outcome]) -> list[str]:
+    forms = meta["forms"]
+    made = ", ".join(f"{name} {forms[name]['bytes'] / 1e6:.1f} MB (made in "
+                     f"{forms[name]['seconds']:.0f} s)" for name in sorted(forms)
+                     if name != "photos")
+    lines = [
+        "Start-up s: from creating the loader to its first batch (workers, DALI build, "
+        "shard index; imports excluded). ÷ ceiling: the tool's images/s over the ceiling's. "
+        "images/CPU-s: images per CPU-second of the tool's whole process tree (workers, "
+        "threads) over the same batches; unlike images/s it hardly changes when other work "
+        "takes cores, but it does not show a tool that leaves cores idle.",
+        "torch and DALI read the original photos; WebDataset, LitData and datapipe read the "
+        f"same photos re-encoded at shorter side 256, JPEG q90 (identical bytes). {made}; "
+        "not timed.",
+        "DALI runs fixed-size batches: the last batch of each epoch is padded to 256 with "
+        f"copies of one sample ({-meta['photos']['count'] % BATCH} decoded and dropped per "
+        "epoch), the price of DALI's reader.",
+        *epoch_problems(outcomes, meta["photos"]["count"]),
+    ]
+    if _busiest(outcomes) > BUSY_ELSEWHERE:
+        lines.append(f"Warning: other processes used up to {_busiest(outcomes):.1f} cores "
+                     "during some runs; those runs are slower than this machine can do.")
+    return lines
+
+
+def render(info: dict[str, Any], meta: dict[str, Any], outcomes: dict[str, Outcome]) -> str:
+    photos = meta["photos"]
+    return "\n".join([
+        "# Loader throughput", "", headline(outcomes), "",
+        f"Machine: {machine_line(info)}.", "",
+        f"Job: {photos['count']} JPEG photos ({photos['megabytes']:.1f} MB, shorter side "
+        f"{photos['min_short_side']}-{photos['max_short_side']} px) → random-resized crop "
+        f"{CROP} + horizontal flip → uint8 batches of {BATCH}, {meta['workers']} workers. "
+        f"Each figure: median of {meta['repeats']} runs, each a fresh process iterating "
+        f"{meta['epochs']} epochs, clocked from its first batch.", "",
+        markdown_table(["tool", "reads", "images/s", "datapipe ÷ tool", "÷ ceiling",
+                        "images/CPU-s", "start-up s", "runs images/s"], table_rows(outcomes)),
+        "", *[f"- {line}" for line in notes(meta, outcomes)],
+    ])
+
+
+# ---------------------------------------------------------------- command line
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("--photos", type=Path, help="existing ImageFolder (default: bench-data/photos-COUNT, "
+        "made with tools/make_photos.py if missing)")
+    add("--count", type=int, default=2000, help="photos to make without --photos (2000)")
+    add("--workers", type=int, default=cores(), help="processes or threads per tool "
+        "(all cores)")
+    add("--epochs", type=int, default=2, help="epochs per run (2)")
+    add("--repeats", type=int, default=3, help="runs per tool; the median counts (3)")
+    add("--settle", type=float, default=10.0, help="wait up to this many seconds for other "
+        "work on the machine to stop before each run (10)")
+    add("--skip", default="", help="comma-separated: " + ", ".join(PEERS_BY_NAME))
+    add("--one", help=argparse.SUPPRESS)  # internal: measure one run in this process
+    add("--prepare", help=argparse.SUPPRESS)  # internal: build one converted form
+    add("--job", help=argparse.SUPPRESS)
+    add("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if min(args.count, args.workers, args.epochs, args.repeats) < 1:
+        parser.error("--count, --workers, --epochs and --repeats must be positive")
+    unknown = set(filter(None, args.skip.split(","))) - set(PEERS_BY_NAME)
+    if unknown:
+        parser.error(f"--skip: unknown {', '.join(sorted(unknown))}")
+    return args
+
+
+def child_modes(args: argparse.Namespace) -> bool:
+    """Run an internal child mode if one was asked for; True if so."""
+    if args.one:
+        child_main(args.one, args.job, args.result)
+    elif args.prepare:
+        job = json.loads(args.job)
+        prepare_main(args.prepare, Path(job["src"]), Path(job["out"]), job["workers"])
+        args.result.write_text("{}")
+    return bool(args.one or args.prepare)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if child_modes(args):
+        return 0
+    skip = set(filter(None, args.skip.split(",")))
+    outcomes = {p.name: initial_outcome(p, skip) for p in PEERS}
+    info = machine()
+    print(f"Machine: {machine_line(info)}", flush=True)
+    photos = ensure_photos(args.photos, args.count)
+    (forms, stats), prep_s = timed(lambda: (prepare_forms(photos, args.workers, outcomes),
+                                            photo_stats(photos)))
+    meta = {"photos": stats, "forms": forms, "workers": args.workers, "epochs": args.epochs,
+            "repeats": args.repeats, "prepare_s": round(prep_s, 1)}
+    _, bench_s = timed(lambda: run_all(args, forms, outcomes))
+    meta["benchmark_s"] = round(bench_s, 1)
+    report = render(info, meta, outcomes)
+    print("\n" + report)
+    md, js = write_results("loader", report, {
+        "machine": info, "meta": meta, "headline": headline(outcomes),
+        "outcomes": {name: asdict(o) for name, o in outcomes.items()}})
+    print(f"\nsaved {md} and {js} (inputs {prep_s:.0f} s, runs {bench_s:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
