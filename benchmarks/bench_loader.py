@@ -329,7 +329,7 @@ PEERS = (
     Peer("datapipe-dali", 'datapipe Loader, decode="dali"', "datapipe",
          functools.partial(datapipe_batches, decode="dali"),
          ("torch", "datapipe.loader", "nvidia.dali")),
-    Peer("ceiling", "decode-only ceiling (PIL)", "datapipe", None),
+    Peer("ceiling", "decode-only ceiling (full decode)", "datapipe", None),
 )
 PEERS_BY_NAME = {p.name: p for p in PEERS}
 FORM_LABELS = {"photos": "JPEG folder", "webdataset": f"{PIECES} tar shards",
