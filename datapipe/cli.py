@@ -99,7 +99,7 @@ def _report(result: Any, noun: str, rate: str) -> None:
 def convert_images_cmd(src: Path, out: Path, short_side: int, quality: int, encoding: str,
                        workers: int, **output: Any) -> None:
     """Convert an image folder (SRC/<class>/<file>) or a CSV/JSONL list (path,label,...)."""
-    from preprocess.engine import default_workers
+    from datapipe.system import available_cores
     from preprocess.image_ops import ImageSettings
     from preprocess.images import convert_images
 
@@ -109,7 +109,7 @@ def convert_images_cmd(src: Path, out: Path, short_side: int, quality: int, enco
         raise click.BadParameter(f"must be >= 0, got {workers}", param_hint="--workers")
     progress = _Progress(None, "img")
     try:
-        result = convert_images(src, options, settings, workers or default_workers(),
+        result = convert_images(src, options, settings, workers or available_cores(),
                                 progress=lambda done, total: _bar_total(progress, done, total))
     finally:
         progress.close()
@@ -248,9 +248,9 @@ def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: i
               ceiling: bool) -> None:
     """Measure the loader's samples/s on DATASET with these settings."""
     from datapipe.bench import bench_loader, ceiling_decoder, decode_ceiling
-    from preprocess.engine import default_workers
+    from datapipe.system import available_cores
 
-    workers = workers or default_workers()
+    workers = workers or available_cores()
     result = bench_loader(dataset, batch_size=batch_size, num_workers=workers, decode=decode,
                           crop=crop, epochs=epochs)
     click.echo(f"{result.samples_per_second:,.0f} samples/s ({result.samples:,} samples in "

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-def default_workers() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int,

@@ -55,6 +55,13 @@ class LoaderBase:
     def _identity(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def _plan(self, epoch: int) -> Any:
+        raise NotImplementedError
+
+    def _upcoming(self, epoch: int) -> tuple[Any, int]:
+        """The plan most likely to follow, for the workers to start on early."""
+        return self._plan(epoch), epoch
+
     def state_dict(self) -> dict[str, Any]:
         """Where this loader is (plain JSON-able data); a loader restored from it continues
         with the next unseen batch."""

@@ -22,14 +22,9 @@ from datapipe.loader.device import pin_if_cuda, prefetch_to_device, resolve_devi
 from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
 from datapipe.sampling.order import EpochPlan
+from datapipe.system import available_cores
 
 DECODERS = ("cpu", "dali")
-
-
-def _default_workers() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 class Loader(LoaderBase):
@@ -57,18 +52,18 @@ class Loader(LoaderBase):
         self.path = Path(path)
         self.batch_size, self.shuffle, self.seed, self.drop_last = (batch_size, shuffle, seed,
                                                                     drop_last)
-        self.num_workers = _default_workers() if num_workers is None else num_workers
+        self.num_workers = available_cores() if num_workers is None else num_workers
         if self.num_workers < 0:
             raise ArgumentError(f"num_workers must be >= 0, got {num_workers}")
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self.device = resolve_device(device)
         self.decode = decode
+        self.pipeline = as_pipeline(transform)
         with Dataset(self.path) as ds:
             self._check_dataset(ds)
             self.num_samples = len(ds)
-            out_size = self._output_size(ds, as_pipeline(transform))
+            out_size = self._output_size(ds, self.pipeline)
             extras = self._extra_columns(ds, extra_columns)
-        self.pipeline = as_pipeline(transform)
         self.spec = ImageBatchSpec(str(self.path), self.pipeline, out_size, seed, on_error, extras)
         self.batch_transforms = BatchTransforms(self.pipeline.batch_steps, seed)
         self._producer = self._make_producer(persistent, prefetch)
@@ -113,9 +108,6 @@ class Loader(LoaderBase):
 
     def __len__(self) -> int:
         return len(self._plan(self._position.epoch))
-
-    def _upcoming(self, epoch: int) -> tuple[EpochPlan, int]:
-        return self._plan(epoch), epoch
 
     def _plan(self, epoch: int) -> EpochPlan:
         return EpochPlan.build(self.num_samples, seed=self.seed, epoch=epoch,

@@ -134,9 +134,6 @@ class TokenLoader(LoaderBase):
 
     # --- plans ---------------------------------------------------------------------------
 
-    def _upcoming(self, epoch: int) -> tuple[_RankPlan, int]:
-        return self._plan(epoch), epoch
-
     def _plan(self, epoch: int) -> _RankPlan:
         order = epoch_permutation(self.num_documents, self.seed, epoch, self.shuffle)
         rng = np.random.default_rng([self.seed, epoch, 0x70C])
@@ -181,8 +178,7 @@ class TokenLoader(LoaderBase):
             batch["is_padding"] = bool(plan.is_pad[b])
             if not batch["is_padding"]:
                 self._tokens_seen += batch["num_real_tokens"]
-                self._tokens_computed += round(batch["num_real_tokens"] / batch["efficiency"]) \
-                    if batch["efficiency"] else 0
+                self._tokens_computed += batch["input_ids"].numel()
             self._record(b, meta, {"collate": time.perf_counter() - t0})
             yield b, batch
 
