@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 
 setup: $(VENV)/.datapipe-setup-1
 
-$(VENV)/.datapipe-setup-1: pyproject.toml setup.py datapipe/image/_jpeg.c tools/setup.sh
+$(VENV)/.datapipe-setup-1: pyproject.toml setup.py datapipe/image/_jpeg.c datapipe/image/resample.c datapipe/image/resample.h tools/setup.sh
 	bash tools/setup.sh
 
 demo: setup

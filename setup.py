@@ -1,4 +1,4 @@
-"""Build the optional region-JPEG-decode extension; everything else is in pyproject.toml.
+"""Build the optional JPEG extension (region decode + crop-resize); the rest is in pyproject.toml.
 
 `optional=True`: without libjpeg headers the build is skipped and datapipe decodes with PIL
 alone (slower for random crops, same results within rounding).
@@ -6,6 +6,8 @@ alone (slower for random crops, same results within rounding).
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("datapipe.image._jpeg", sources=["datapipe/image/_jpeg.c"],
+setup(ext_modules=[Extension("datapipe.image._jpeg",
+                             sources=["datapipe/image/_jpeg.c", "datapipe/image/resample.c"],
+                             depends=["datapipe/image/resample.h"],
                              libraries=["jpeg"], optional=True,
                              extra_compile_args=["-O2"])])

@@ -1,20 +1,32 @@
 /*
- * Region decode of a JPEG with libjpeg(-turbo): decode only the rows and (iMCU-aligned)
- * columns a crop needs, optionally at 1/2, 1/4 or 1/8 scale in the DCT domain.
+ * JPEG decoding for the loader and the converter, with libjpeg(-turbo).
  *
  * decode_region(data, x0, y0, w, h, scale_denom) -> (pixels: bytes, width, height, left, top)
- *   The crop box is in stored pixels; the result covers at least the scaled box. `pixels` is
- *   packed RGB, `height` rows of `width` pixels, whose top-left pixel is scaled image pixel
- *   (left, top). Rows above the box are skipped (entropy-decoded only), rows below are never
- *   read, columns outside the iMCU-aligned span are not decoded at all. The GIL is released
- *   while decoding. Raises ValueError on anything libjpeg rejects or warns about (truncated or
- *   corrupt data); callers fall back to PIL.
+ *   Decodes only the rows and (iMCU-aligned) columns a box needs, optionally at 1/2, 1/4 or
+ *   1/8 scale in the DCT domain. The box is in stored pixels; the result covers at least the
+ *   scaled box. `pixels` is packed RGB, `height` rows of `width` pixels, whose top-left pixel
+ *   is scaled image pixel (left, top).
+ *
+ * crop_into(data, region, scale_denom, box, flip, out, scalar=False) -> None
+ *   The loader's whole per-image job in one call: decode `region` (x, y, w, h in stored pixels)
+ *   as above, then resample the float `box` (x0, y0, x1, y1, stored pixels) with PIL's
+ *   antialiased bilinear filter to fill `out` (a writable C-contiguous H x W x 3 uint8 array),
+ *   mirrored when `flip`. No intermediate Python objects; working memory is reused per thread.
+ *
+ * In both, rows above the box are skipped (entropy-decoded only), rows below are never read,
+ * columns outside the iMCU-aligned span are not decoded at all, and the GIL is released. They
+ * raise ValueError on anything libjpeg rejects or warns about (truncated or corrupt data, CMYK);
+ * callers fall back to PIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdio.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
 #include <jpeglib.h>
+
+#include "resample.h"
 
 struct error_manager {
     struct jpeg_error_mgr pub;
@@ -34,87 +46,204 @@ static void on_message(j_common_ptr cinfo, int level) {
     if (level < 0) on_error(cinfo);
 }
 
-static PyObject *decode_region(PyObject *self, PyObject *args) {
-    Py_buffer data;
-    int x0, y0, w, h, denom;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "y*iiiii", &data, &x0, &y0, &w, &h, &denom)) return NULL;
-    if (denom != 1 && denom != 2 && denom != 4 && denom != 8) {
-        PyBuffer_Release(&data);
-        PyErr_SetString(PyExc_ValueError, "scale_denom must be 1, 2, 4 or 8");
-        return NULL;
+/* Working memory per thread, freed when the thread ends. */
+struct buffers {
+    struct scratch pixels, resample;
+};
+static pthread_key_t buffers_key;
+static pthread_once_t buffers_once = PTHREAD_ONCE_INIT;
+
+static void free_buffers(void *p) {
+    struct buffers *b = p;
+    free(b->pixels.data);
+    free(b->resample.data);
+    free(b);
+}
+
+static void make_buffers_key(void) { pthread_key_create(&buffers_key, free_buffers); }
+
+static struct buffers *thread_buffers(void) {
+    pthread_once(&buffers_once, make_buffers_key);
+    struct buffers *b = pthread_getspecific(buffers_key);
+    if (b == NULL) {
+        b = calloc(1, sizeof *b);
+        if (b != NULL && pthread_setspecific(buffers_key, b) != 0) {
+            free(b);
+            b = NULL;
+        }
     }
+    return b;
+}
+
+/* A decoded region: `height` rows of `width` pixels, `stride` bytes apart, in scratch memory. */
+struct region {
+    uint8_t *pixels;
+    size_t stride;
+    int width, height, left, top;
+};
+
+/* Decodes the box into `mem`, `bpp` bytes per pixel in `space`, with `slack` spare bytes after
+   each row. Runs without the GIL. Returns 0, or -1 with `message` set. */
+static int decode_box(const uint8_t *data, size_t len, int x0, int y0, int w, int h, int denom,
+                      J_COLOR_SPACE space, int bpp, size_t slack, struct scratch *mem,
+                      struct region *out, char *message) {
     struct jpeg_decompress_struct cinfo;
     struct error_manager err;
-    unsigned char *pixels = NULL;
-    JDIMENSION left = 0, width = 0, top = 0, height = 0;
     int failed = 0;
-
     cinfo.err = jpeg_std_error(&err.pub);
     err.pub.error_exit = on_error;
     err.pub.emit_message = on_message;
     err.message[0] = '\0';
-
-    Py_BEGIN_ALLOW_THREADS
     if (setjmp(err.jump)) {
         failed = 1;
     } else {
         jpeg_create_decompress(&cinfo);
-        jpeg_mem_src(&cinfo, (const unsigned char *)data.buf, (unsigned long)data.len);
+        jpeg_mem_src(&cinfo, data, (unsigned long)len);
         jpeg_read_header(&cinfo, TRUE);
-        cinfo.out_color_space = JCS_RGB;
+        cinfo.out_color_space = space;
         cinfo.scale_num = 1;
         cinfo.scale_denom = (unsigned int)denom;
         jpeg_start_decompress(&cinfo);
         JDIMENSION out_w = cinfo.output_width, out_h = cinfo.output_height;
         /* The box in scaled pixels, widened to whole pixels and clamped to the image. */
-        JDIMENSION sx0 = (JDIMENSION)(x0 / denom);
-        JDIMENSION sy0 = (JDIMENSION)(y0 / denom);
+        JDIMENSION sx0 = (JDIMENSION)(x0 / denom), sy0 = (JDIMENSION)(y0 / denom);
         JDIMENSION sx1 = (JDIMENSION)((x0 + w + denom - 1) / denom);
         JDIMENSION sy1 = (JDIMENSION)((y0 + h + denom - 1) / denom);
         if (sx1 > out_w) sx1 = out_w;
         if (sy1 > out_h) sy1 = out_h;
         if (sx0 >= sx1) sx0 = sx1 ? sx1 - 1 : 0;
         if (sy0 >= sy1) sy0 = sy1 ? sy1 - 1 : 0;
-        left = sx0;
-        width = sx1 - sx0;
+        JDIMENSION left = sx0, width = sx1 - sx0, top = sy0, height = sy1 - sy0;
         if (width < out_w) jpeg_crop_scanline(&cinfo, &left, &width); /* iMCU-aligned */
-        top = sy0;
-        height = sy1 - sy0;
         if (top > 0) jpeg_skip_scanlines(&cinfo, top);
-        size_t stride = (size_t)width * 3;
-        pixels = (unsigned char *)malloc(stride * height);
+        size_t stride = (size_t)width * (size_t)bpp + slack;
+        uint8_t *pixels = scratch_reserve(mem, stride * height);
         if (pixels == NULL) {
             strcpy(err.message, "out of memory");
             failed = 1;
         } else {
             while (cinfo.output_scanline < top + height) {
-                JSAMPROW row = pixels + stride * (cinfo.output_scanline - top);
-                jpeg_read_scanlines(&cinfo, &row, 1);
+                JSAMPROW rows[16];
+                JDIMENSION n = 0, next = cinfo.output_scanline - top;
+                for (; n < 16 && next + n < height; n++)
+                    rows[n] = pixels + stride * (next + n);
+                jpeg_read_scanlines(&cinfo, rows, n);
             }
+            if (slack > 0)
+                for (JDIMENSION y = 0; y < height; y++)
+                    memset(pixels + stride * y + stride - slack, 0, slack);
+            *out = (struct region){pixels, stride, (int)width, (int)height, (int)left,
+                                   (int)top};
         }
     }
     jpeg_destroy_decompress(&cinfo); /* also aborts: rows below the box are never decoded */
-    Py_END_ALLOW_THREADS
+    if (failed) strcpy(message, err.message);
+    return failed ? -1 : 0;
+}
 
+static int check_denom(int denom) {
+    if (denom == 1 || denom == 2 || denom == 4 || denom == 8) return 0;
+    PyErr_SetString(PyExc_ValueError, "scale_denom must be 1, 2, 4 or 8");
+    return -1;
+}
+
+static PyObject *decode_region(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    int x0, y0, w, h, denom, failed;
+    struct region r;
+    char message[JMSG_LENGTH_MAX];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*iiiii", &data, &x0, &y0, &w, &h, &denom)) return NULL;
+    struct buffers *mem = thread_buffers();
+    if (check_denom(denom) || mem == NULL) {
+        PyBuffer_Release(&data);
+        return mem == NULL ? PyErr_NoMemory() : NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    failed = decode_box(data.buf, (size_t)data.len, x0, y0, w, h, denom, JCS_RGB, 3, 0,
+                        &mem->pixels, &r, message);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
-    if (failed) {
-        free(pixels);
-        PyErr_Format(PyExc_ValueError, "libjpeg: %s", err.message);
+    if (failed) return PyErr_Format(PyExc_ValueError, "libjpeg: %s", message);
+    PyObject *out = PyBytes_FromStringAndSize((const char *)r.pixels,
+                                              (Py_ssize_t)r.stride * r.height);
+    if (out == NULL) return NULL;
+    return Py_BuildValue("(Niiii)", out, r.width, r.height, r.left, r.top);
+}
+
+static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"data", "region", "scale_denom", "box", "flip", "out", "scalar",
+                               NULL};
+    Py_buffer data, out;
+    int rx, ry, rw, rh, denom, flip, scalar = 0, failed = 0;
+    double bx0, by0, bx1, by1;
+    PyObject *out_obj;
+    struct region r;
+    char message[JMSG_LENGTH_MAX] = "";
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*(iiii)i(dddd)pO|p", keywords, &data, &rx,
+                                     &ry, &rw, &rh, &denom, &bx0, &by0, &bx1, &by1, &flip,
+                                     &out_obj, &scalar))
+        return NULL;
+    if (check_denom(denom)) {
+        PyBuffer_Release(&data);
         return NULL;
     }
-    PyObject *out = PyBytes_FromStringAndSize((const char *)pixels, (Py_ssize_t)width * 3 * height);
-    free(pixels);
-    if (out == NULL) return NULL;
-    return Py_BuildValue("(Niiii)", out, (int)width, (int)height, (int)left, (int)top);
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (out.ndim != 3 || out.shape[2] != 3 || out.itemsize != 1 || out.shape[0] < 1 ||
+        out.shape[1] < 1) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&out);
+        PyErr_SetString(PyExc_ValueError, "out must be a C-contiguous H x W x 3 uint8 array");
+        return NULL;
+    }
+    int out_h = (int)out.shape[0], out_w = (int)out.shape[1];
+    struct buffers *mem = thread_buffers();
+    if (mem == NULL) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&out);
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    /* RGBX: 4-byte pixels for the resampler, plus one spare pixel per row for its last tap. */
+    failed = decode_box(data.buf, (size_t)data.len, rx, ry, rw, rh, denom, JCS_EXT_RGBX, 4, 4,
+                        &mem->pixels, &r, message);
+    if (!failed) {
+        double x0 = bx0 / denom - r.left, y0 = by0 / denom - r.top;
+        double x1 = bx1 / denom - r.left, y1 = by1 / denom - r.top;
+        if (x0 < 0) x0 = 0;
+        if (y0 < 0) y0 = 0;
+        if (x1 > r.width) x1 = r.width;
+        if (y1 > r.height) y1 = r.height;
+        if (x1 <= x0 || y1 <= y0) {
+            strcpy(message, "crop box outside the decoded region");
+            failed = 1;
+        } else if (resample_box_rgbx_to_rgb(r.pixels, r.width, r.height, r.stride, x0, y0, x1,
+                                            y1, flip, out.buf, out_w, out_h, scalar,
+                                            &mem->resample)) {
+            strcpy(message, "out of memory");
+            failed = 1;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&out);
+    if (failed) return PyErr_Format(PyExc_ValueError, "libjpeg: %s", message);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"decode_region", decode_region, METH_VARARGS,
      "decode_region(data, x0, y0, w, h, scale_denom) -> (rgb, width, height, left, top)"},
+    {"crop_into", (PyCFunction)(void (*)(void))crop_into, METH_VARARGS | METH_KEYWORDS,
+     "crop_into(data, region, scale_denom, box, flip, out, scalar=False) -> None"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jpeg",
-                                    "Region JPEG decode with libjpeg-turbo.", -1, methods};
+                                    "Region JPEG decode and crop-resize with libjpeg-turbo.", -1,
+                                    methods};
 
 PyMODINIT_FUNC PyInit__jpeg(void) { return PyModule_Create(&module); }

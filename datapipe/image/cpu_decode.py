@@ -1,8 +1,9 @@
-"""CPU decode with the crop planned first: decode only at the scale the crop needs.
+"""CPU decode with the crop planned first: decode only the rows, columns and scale it needs.
 
-JPEG's DCT scaling lets libjpeg(-turbo) decode at 1/2, 1/4 or 1/8 size directly; when the
-crop box is at least twice the output size, the reduced decode still covers it and most of the
-decode and resize work is skipped. PIL releases the GIL while it decodes and resizes.
+With the C extension, one call per image decodes the crop's region (at 1/2^k DCT scale when the
+crop is at least twice the output) and resamples it, flipped, straight into the batch buffer.
+Without it, PIL decodes (with `draft` for the DCT scaling) and resizes. Either way the GIL is
+released while pixels are processed.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from PIL import Image
 
 from datapipe.errors import DataError
 
-try:  # the optional C extension: region decode straight from libjpeg-turbo
-    from datapipe.image._jpeg import decode_region
+try:  # the optional C extension: region decode and resample straight from libjpeg-turbo
+    from datapipe.image._jpeg import crop_into, decode_region
 except ImportError:  # built without libjpeg headers: PIL does all the decoding
-    decode_region = None
+    crop_into = decode_region = None
 
 _RESAMPLE = Image.Resampling.BILINEAR
 
@@ -36,7 +37,7 @@ def decode_into(payload: bytes, encoding: str, height: int, width: int,
             out[:] = region[:, ::-1] if flip else region
             return
         image = Image.frombuffer("RGB", (width, height), payload, "raw", "RGB", 0, 1)
-    elif decode_region is not None and _region_into(payload, width, height, (x0, y0, cw, ch),
+    elif crop_into is not None and _region_into(payload, width, height, (x0, y0, cw, ch),
                                                     flip, out):
         return
     else:
@@ -62,7 +63,8 @@ def decode_into(payload: bytes, encoding: str, height: int, width: int,
 def _region_into(payload: bytes, width: int, height: int, box: tuple[int, int, int, int],
                  flip: bool, out: np.ndarray) -> bool:
     """Decode only the crop's rows and iMCU columns, at the smallest 1/2^k scale that still
-    covers the output. False when libjpeg declines (e.g. CMYK): the caller uses PIL."""
+    covers the output, and resample straight into `out`. False when libjpeg declines (e.g.
+    CMYK): the caller uses PIL."""
     x0, y0, cw, ch = box
     out_h, out_w = out.shape[:2]
     reduction = min(cw / out_w, ch / out_h)
@@ -73,17 +75,10 @@ def _region_into(payload: bytes, width: int, height: int, box: tuple[int, int, i
     rx0, ry0 = max(0, x0 - margin), max(0, y0 - margin)
     rx1, ry1 = min(width, x0 + cw + margin), min(height, y0 + ch + margin)
     try:
-        rgb, width, height, left, top = decode_region(payload, rx0, ry0, rx1 - rx0, ry1 - ry0,
-                                                      denom)
+        crop_into(payload, (rx0, ry0, rx1 - rx0, ry1 - ry0), denom,
+                  (x0, y0, x0 + cw, y0 + ch), flip, out)
     except ValueError:
         return False
-    region = Image.frombuffer("RGB", (width, height), rgb, "raw", "RGB", 0, 1)
-    box = (x0 / denom - left, y0 / denom - top, min((x0 + cw) / denom - left, width),
-           min((y0 + ch) / denom - top, height))
-    resized = region.resize((out_w, out_h), _RESAMPLE, box=box)
-    if flip:
-        resized = resized.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-    out[:] = np.asarray(resized)
     return True
 
 

@@ -1,0 +1,280 @@
+/* Antialiased bilinear box resampling, RGBX in, packed RGB out (see resample.h). */
+#include "resample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define HAVE_SSE2 1
+#else
+#define HAVE_SSE2 0
+#endif
+
+/* 14 fraction bits: a weight of exactly 1.0 still fits in int16, and 255 * 2^14 * 2 taps per
+   multiply-add stays far inside int32. */
+#define PREC 14
+
+uint8_t *scratch_reserve(struct scratch *s, size_t size) {
+    if (size > s->size) {
+        uint8_t *grown = realloc(s->data, size);
+        if (grown == NULL) return NULL;
+        s->data = grown;
+        s->size = size;
+    }
+    return s->data;
+}
+
+/* Per output pixel along one axis: the first input pixel it reads, and its weights as pairs of
+   int16 packed in an int32 (low half first) — the shape one multiply-add consumes. A pair's
+   second weight may be zero padding; its input pixel must still be readable. */
+struct axis {
+    int *start;
+    int *npairs;
+    int32_t *pairs;
+    int max_pairs;
+};
+
+static void axis_free(struct axis *a) {
+    free(a->start);
+    free(a->npairs);
+    free(a->pairs);
+}
+
+static double triangle(double x) {
+    x = fabs(x);
+    return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+/* PIL's coefficient rule: output pixel i samples around b0 + (i + 0.5) * scale; shrinking
+   widens the filter by the scale, which is what makes it antialiased. */
+static int axis_init(struct axis *a, int in_size, int out_size, double b0, double b1) {
+    double scale = (b1 - b0) / out_size;
+    double filterscale = scale < 1.0 ? 1.0 : scale;
+    double support = filterscale; /* the triangle reaches one input pixel, times the scale */
+    int ksize = (int)ceil(support) * 2 + 1;
+    a->max_pairs = (ksize + 1) / 2;
+    a->start = malloc(sizeof(int) * (size_t)out_size);
+    a->npairs = malloc(sizeof(int) * (size_t)out_size);
+    a->pairs = malloc(sizeof(int32_t) * (size_t)out_size * (size_t)a->max_pairs);
+    double *w = malloc(sizeof(double) * (size_t)(2 * a->max_pairs));
+    if (!a->start || !a->npairs || !a->pairs || !w) {
+        free(w);
+        return -1;
+    }
+    for (int i = 0; i < out_size; i++) {
+        double center = b0 + (i + 0.5) * scale;
+        int lo = (int)(center - support + 0.5);
+        int hi = (int)(center + support + 0.5);
+        if (lo < 0) lo = 0;
+        if (hi > in_size) hi = in_size;
+        if (lo > in_size - 1) lo = in_size - 1;
+        int n = hi - lo;
+        if (n < 1) n = 1;
+        if (n > 2 * a->max_pairs) n = 2 * a->max_pairs;
+        double total = 0.0;
+        for (int k = 0; k < n; k++) {
+            w[k] = triangle((k + lo - center + 0.5) / filterscale);
+            total += w[k];
+        }
+        int np = (n + 1) / 2;
+        int32_t *pair = a->pairs + (size_t)i * (size_t)a->max_pairs;
+        for (int k = 0; k < np; k++) {
+            int16_t c[2] = {0, 0};
+            for (int j = 0; j < 2 && 2 * k + j < n; j++) {
+                double weight = total > 0.0 ? w[2 * k + j] / total : 0.0;
+                c[j] = (int16_t)(weight * (1 << PREC) + 0.5);
+            }
+            pair[k] = (int32_t)((uint32_t)(uint16_t)c[0] | ((uint32_t)(uint16_t)c[1] << 16));
+        }
+        a->start[i] = lo;
+        a->npairs[i] = np;
+    }
+    free(w);
+    return 0;
+}
+
+static inline int16_t pair_lo(int32_t p) { return (int16_t)(p & 0xFFFF); }
+static inline int16_t pair_hi(int32_t p) { return (int16_t)((uint32_t)p >> 16); }
+
+static inline uint8_t clamp_shift(int32_t acc) {
+    acc >>= PREC;
+    return (uint8_t)(acc < 0 ? 0 : acc > 255 ? 255 : acc);
+}
+
+/* One source row (RGBX) to one packed-RGB row of out_w pixels, mirrored when flip. The row at
+   dst must have one spare byte after its last pixel. */
+static void horizontal_scalar(const uint8_t *row, const struct axis *ax, int out_w, int flip,
+                              uint8_t *dst) {
+    for (int d = 0; d < out_w; d++) {
+        int i = flip ? out_w - 1 - d : d;
+        const uint8_t *p = row + (size_t)ax->start[i] * 4;
+        const int32_t *c = ax->pairs + (size_t)i * (size_t)ax->max_pairs;
+        int32_t acc[3] = {1 << (PREC - 1), 1 << (PREC - 1), 1 << (PREC - 1)};
+        for (int k = 0; k < ax->npairs[i]; k++, p += 8) {
+            for (int ch = 0; ch < 3; ch++)
+                acc[ch] += pair_lo(c[k]) * p[ch] + pair_hi(c[k]) * p[4 + ch];
+        }
+        for (int ch = 0; ch < 3; ch++) dst[3 * d + ch] = clamp_shift(acc[ch]);
+    }
+}
+
+/* One output row from rows `first`, `first` + 1, ... of tmp (packed RGB, `stride` apart). */
+static void vertical_scalar(const uint8_t *first, size_t stride, int row_bytes, int npairs,
+                            const int32_t *c, uint8_t *out) {
+    for (int x = 0; x < row_bytes; x++) {
+        int32_t acc = 1 << (PREC - 1);
+        const uint8_t *p = first + x;
+        for (int k = 0; k < npairs; k++, p += 2 * stride)
+            acc += pair_lo(c[k]) * p[0] + pair_hi(c[k]) * p[stride];
+        out[x] = clamp_shift(acc);
+    }
+}
+
+#if HAVE_SSE2
+static void horizontal_sse2(const uint8_t *row, const struct axis *ax, int out_w, int flip,
+                            uint8_t *dst) {
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i round = _mm_set1_epi32(1 << (PREC - 1));
+    for (int d = 0; d < out_w; d++) {
+        int i = flip ? out_w - 1 - d : d;
+        const uint8_t *p = row + (size_t)ax->start[i] * 4;
+        const int32_t *c = ax->pairs + (size_t)i * (size_t)ax->max_pairs;
+        __m128i acc = round;
+        for (int k = 0; k < ax->npairs[i]; k++, p += 8) {
+            /* Two pixels r0g0b0x0 r1g1b1x1 -> r0r1 g0g1 b0b1 x0x1 as int16: one madd per pair. */
+            __m128i two = _mm_loadl_epi64((const __m128i *)p);
+            __m128i mixed = _mm_unpacklo_epi8(two, _mm_srli_si128(two, 4));
+            acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_unpacklo_epi8(mixed, zero),
+                                                    _mm_set1_epi32(c[k])));
+        }
+        acc = _mm_srai_epi32(acc, PREC);
+        acc = _mm_packus_epi16(_mm_packs_epi32(acc, acc), zero);
+        uint32_t v = (uint32_t)_mm_cvtsi128_si32(acc);
+        memcpy(dst + 3 * d, &v, 4); /* the 4th byte is overwritten by the next pixel */
+    }
+}
+
+/* Four rows at once: the weights and start of an output pixel are loaded once for all four,
+   and the four results are packed together. */
+static void horizontal4_sse2(const uint8_t *row, size_t src_stride, const struct axis *ax,
+                             int out_w, int flip, uint8_t *dst, size_t dst_stride) {
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i round = _mm_set1_epi32(1 << (PREC - 1));
+    for (int d = 0; d < out_w; d++) {
+        int i = flip ? out_w - 1 - d : d;
+        const uint8_t *p = row + (size_t)ax->start[i] * 4;
+        const int32_t *c = ax->pairs + (size_t)i * (size_t)ax->max_pairs;
+        __m128i acc[4] = {round, round, round, round};
+        for (int k = 0; k < ax->npairs[i]; k++, p += 8) {
+            __m128i cc = _mm_set1_epi32(c[k]);
+            for (int r = 0; r < 4; r++) {
+                __m128i two = _mm_loadl_epi64((const __m128i *)(p + src_stride * (size_t)r));
+                __m128i mixed = _mm_unpacklo_epi8(two, _mm_srli_si128(two, 4));
+                acc[r] = _mm_add_epi32(acc[r],
+                                       _mm_madd_epi16(_mm_unpacklo_epi8(mixed, zero), cc));
+            }
+        }
+        __m128i px = _mm_packus_epi16(
+            _mm_packs_epi32(_mm_srai_epi32(acc[0], PREC), _mm_srai_epi32(acc[1], PREC)),
+            _mm_packs_epi32(_mm_srai_epi32(acc[2], PREC), _mm_srai_epi32(acc[3], PREC)));
+        for (int r = 0; r < 4; r++) {
+            uint32_t v = (uint32_t)_mm_cvtsi128_si32(px);
+            memcpy(dst + dst_stride * (size_t)r + 3 * d, &v, 4);
+            px = _mm_srli_si128(px, 4);
+        }
+    }
+}
+
+static void vertical_sse2(const uint8_t *first, size_t stride, int row_bytes, int npairs,
+                          const int32_t *c, uint8_t *out) {
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i round = _mm_set1_epi32(1 << (PREC - 1));
+    for (int x = 0; x < row_bytes; x += 8) {
+        __m128i lo = round, hi = round;
+        const uint8_t *p = first + x;
+        for (int k = 0; k < npairs; k++, p += 2 * stride) {
+            __m128i ab = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)p),
+                                           _mm_loadl_epi64((const __m128i *)(p + stride)));
+            __m128i cc = _mm_set1_epi32(c[k]);
+            lo = _mm_add_epi32(lo, _mm_madd_epi16(_mm_unpacklo_epi8(ab, zero), cc));
+            hi = _mm_add_epi32(hi, _mm_madd_epi16(_mm_unpackhi_epi8(ab, zero), cc));
+        }
+        __m128i px = _mm_packs_epi32(_mm_srai_epi32(lo, PREC), _mm_srai_epi32(hi, PREC));
+        px = _mm_packus_epi16(px, zero);
+        if (x + 8 <= row_bytes) {
+            _mm_storel_epi64((__m128i *)(out + x), px);
+        } else {
+            uint8_t tail[16];
+            _mm_storeu_si128((__m128i *)tail, px);
+            memcpy(out + x, tail, (size_t)(row_bytes - x));
+        }
+    }
+}
+#endif
+
+int resample_box_rgbx_to_rgb(const uint8_t *src, int src_w, int src_h, size_t src_stride,
+                             double x0, double y0, double x1, double y1, int flip,
+                             uint8_t *dst, int out_w, int out_h, int scalar,
+                             struct scratch *work) {
+    struct axis ax = {0}, ay = {0};
+    int status = -1;
+    if (axis_init(&ax, src_w, out_w, x0, x1) || axis_init(&ay, src_h, out_h, y0, y1)) goto done;
+
+    /* The source rows the vertical pass reads, padding taps included (which may reach one
+       row past the image: those rows are zero and weigh nothing). */
+    int first_row = ay.start[0], end_row = 0;
+    for (int i = 0; i < out_h; i++) {
+        int end = ay.start[i] + 2 * ay.npairs[i];
+        if (ay.start[i] < first_row) first_row = ay.start[i];
+        if (end > end_row) end_row = end;
+    }
+    int row_bytes = 3 * out_w;
+    size_t stride = ((size_t)row_bytes + 1 + 15) & ~(size_t)15; /* room for 8-byte loads */
+    uint8_t *tmp = scratch_reserve(work, stride * (size_t)(end_row - first_row));
+    if (tmp == NULL) goto done;
+
+    int use_sse2 = HAVE_SSE2 && !scalar;
+    int src_end = end_row < src_h ? end_row : src_h;
+    for (int y = first_row; y < end_row; y++) {
+        uint8_t *line = tmp + stride * (size_t)(y - first_row);
+        memset(line + row_bytes, 0, stride - (size_t)row_bytes);
+        if (y >= src_h) memset(line, 0, stride);
+    }
+    for (int y = first_row; y < src_end;) {
+        const uint8_t *row = src + src_stride * (size_t)y;
+        uint8_t *line = tmp + stride * (size_t)(y - first_row);
+#if HAVE_SSE2
+        if (use_sse2 && y + 4 <= src_end) {
+            horizontal4_sse2(row, src_stride, &ax, out_w, flip, line, stride);
+            y += 4;
+            continue;
+        }
+        if (use_sse2) {
+            horizontal_sse2(row, &ax, out_w, flip, line);
+            y += 1;
+            continue;
+        }
+#endif
+        horizontal_scalar(row, &ax, out_w, flip, line);
+        y += 1;
+    }
+    for (int i = 0; i < out_h; i++) {
+        const uint8_t *first = tmp + stride * (size_t)(ay.start[i] - first_row);
+        const int32_t *c = ay.pairs + (size_t)i * (size_t)ay.max_pairs;
+        uint8_t *out = dst + (size_t)row_bytes * (size_t)i;
+#if HAVE_SSE2
+        if (use_sse2) {
+            vertical_sse2(first, stride, row_bytes, ay.npairs[i], c, out);
+            continue;
+        }
+#endif
+        vertical_scalar(first, stride, row_bytes, ay.npairs[i], c, out);
+    }
+    status = 0;
+done:
+    axis_free(&ax);
+    axis_free(&ay);
+    return status;
+}

@@ -1,0 +1,36 @@
+/*
+ * Antialiased bilinear resampling of a crop box, flip included, written straight into the
+ * caller's buffer. Same filter and box semantics as PIL's Image.resize(BILINEAR, box=...):
+ * separable, horizontal pass first over the rows the vertical pass needs, 8-bit intermediate.
+ * Fixed-point coefficients are 16-bit so pairs of taps go through one SSE2 multiply-add; the
+ * portable path does the same integer arithmetic, so both give identical bytes. Results are
+ * within rounding (+-1) of PIL's, which keeps more coefficient bits.
+ */
+#ifndef DATAPIPE_RESAMPLE_H
+#define DATAPIPE_RESAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A thread's reusable working memory: one allocation, grown on demand, never shrunk. Reusing
+   it avoids a fresh mmap (and its page faults) for every image. */
+struct scratch {
+    uint8_t *data;
+    size_t size;
+};
+
+/* Returns NULL when out of memory. */
+uint8_t *scratch_reserve(struct scratch *s, size_t size);
+
+/*
+ * Resample box (x0, y0)-(x1, y1) of `src` (RGBX pixels, rows `src_stride` bytes apart; each
+ * row must have 4 readable bytes after its last pixel) to out_w x out_h packed RGB at `dst`,
+ * mirrored left-right when `flip`. `scalar` forces the portable path (for tests).
+ * Returns 0, or -1 when out of memory.
+ */
+int resample_box_rgbx_to_rgb(const uint8_t *src, int src_w, int src_h, size_t src_stride,
+                             double x0, double y0, double x1, double y1, int flip,
+                             uint8_t *dst, int out_w, int out_h, int scalar,
+                             struct scratch *work);
+
+#endif
