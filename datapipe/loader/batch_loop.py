@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import count
 from typing import Any, Protocol
 
 import numpy as np
+import torch
 
 from datapipe.loader.workers import BatchBuilder, BatchTask, WorkerPool
 
@@ -37,7 +38,6 @@ class _Stream:
     epoch: int
     generation: int
     next_batch: int
-    tickets: dict[int, int] = field(default_factory=dict)
 
 
 class BatchProducer:
@@ -50,17 +50,15 @@ class BatchProducer:
         self.persistent = persistent
         self._pool: WorkerPool | None = None
         self._builder: BatchBuilder | None = None
-        self._buffer: np.ndarray | None = None
         self.started_at: float | None = None  # when worker processes were started
-        self._ticket = 0      # tasks ever submitted: decides worker and slot
         self._in_flight = 0   # submitted, not yet handed out
         self._carry: _Stream | None = None  # the next epoch, already started
 
     def batches(self, plan: Plan, epoch: int, start: int,
                 upcoming: Callable[[], tuple[Plan, int]] | None = None,
-                ) -> Iterator[tuple[dict, np.ndarray]]:
-        """Yield (metadata, slot) for batches start..len(plan)-1. A slot stays valid until the
-        generator is resumed.
+                ) -> Iterator[tuple[dict, torch.Tensor]]:
+        """Yield (metadata, slot) for batches start..len(plan)-1. The slot is a uint8 tensor
+        over the batch's bytes; it is not reused while it, or a view of it, is alive.
 
         `upcoming()` names the plan and epoch most likely to follow: once this epoch is fully
         submitted, free workers start on it, so a new epoch does not begin with an empty queue.
@@ -76,7 +74,7 @@ class BatchProducer:
             for b in range(start, len(plan)):
                 following = self._top_up(pool, current, following, upcoming)
                 ready = pool.ready_count()
-                meta, slot = pool.result(current.generation, b, current.tickets.pop(b))
+                meta, slot = pool.result(current.generation, b)
                 self._in_flight -= 1
                 meta["queue"] = {"ready": ready, "capacity": pool.capacity}
                 yield meta, slot
@@ -111,21 +109,18 @@ class BatchProducer:
             else:
                 break
             b = stream.next_batch
-            stream.tickets[b] = self._ticket
-            pool.submit(_task(stream.plan, stream.generation, b, stream.epoch), self._ticket)
-            self._ticket += 1
+            pool.submit(_task(stream.plan, stream.generation, b, stream.epoch))
             self._in_flight += 1
             stream.next_batch += 1
         return following
 
     def _inline(self, plan: Plan, epoch: int, start: int) -> Iterator[tuple[dict, Any]]:
         self._builder = self._builder or self.make_builder()
-        if self._buffer is None:
-            self._buffer = np.empty(self.slot_nbytes, dtype=np.uint8)
         for b in range(start, len(plan)):
-            meta = self._builder.build(_task(plan, -1, b, epoch), self._buffer)
+            buffer = torch.empty(self.slot_nbytes, dtype=torch.uint8)
+            meta = self._builder.build(_task(plan, -1, b, epoch), buffer.numpy())
             meta["queue"] = {"ready": 0, "capacity": 0}
-            yield meta, self._buffer
+            yield meta, buffer
 
     def _start_pool(self) -> WorkerPool:
         self.started_at = time.perf_counter()

@@ -144,12 +144,12 @@ class Loader(LoaderBase):
     def _assemble(self, meta: dict[str, Any], slot: Any) -> dict[str, Any]:
         n = meta["count"]
         h, w = self.spec.out_size
-        if isinstance(slot, torch.Tensor):  # DALI hands over a finished tensor
+        if slot.dim() == 4:  # DALI hands over a finished tensor
             images = slot
         else:
-            # Copy out of the shared slot: it is reused for a later batch.
-            view = torch.from_numpy(slot[: n * h * w * 3]).view(n, h, w, 3)
-            images = pin_if_cuda(view.clone(), self.device)
+            # A view of the worker's buffer: no copy (the buffer is not reused while the batch
+            # lives). CUDA copies it once, into pinned memory, for an asynchronous transfer.
+            images = pin_if_cuda(slot[: n * h * w * 3].view(n, h, w, 3), self.device)
         images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last memory
         self.skipped.extend(meta["skipped"])
         batch: dict[str, Any] = {

@@ -171,7 +171,8 @@ class TokenLoader(LoaderBase):
         for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start, upcoming),
                                          start):
             t0 = time.perf_counter()
-            tokens = slot[: meta["count"] * self.token_dtype.itemsize].view(self.token_dtype)
+            tokens = slot[: meta["count"] * self.token_dtype.itemsize].numpy() \
+                .view(self.token_dtype)
             batch = collate(tokens, np.asarray(meta["seg_lengths"], dtype=np.int64),
                             np.asarray(meta["rows"], dtype=np.int64), self.collate_options)
             batch["index"] = torch.from_numpy(np.asarray(meta["index"], dtype=np.int64))

@@ -1,17 +1,15 @@
 """Worker processes that build whole batches into shared-memory slots.
 
-Each worker owns `slots` buffers in anonymous shared memory, mapped before the fork: no names in
-/dev/shm to go stale, freed when the last process exits. Batch b goes to worker b % W and slot
-(b // W) % slots of it, so slots are reused in order and pixel data is never pickled; only a
-small dict of labels and indices travels through the result queue. Workers answer in order per
-worker; the consumer reorders across workers, so output order is deterministic.
+Slots come from a `SlotTable` (see slots.py): each task names the slot to fill, so pixel data
+is never pickled; only a small dict of labels and indices travels through the result queue.
+Task b goes to worker b % W; the consumer reorders results by batch number, so output order is
+deterministic whichever worker finishes first.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import mmap
 import multiprocessing as mp
 import os
 import queue
@@ -21,10 +19,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import torch
 
 from datapipe.errors import DataError, DatapipeError
+from datapipe.loader.slots import SlotTable, WorkerSlots
 
 _POLL_SECONDS = 0.5
+_NO_SLOT = None  # a message that only retires slots
 
 
 class BatchBuilder(Protocol):
@@ -53,17 +54,20 @@ class WorkerError(DatapipeError):
 
 
 def _worker_main(worker_id: int, make_builder: Callable[[], BatchBuilder],
-                 slots: list[mmap.mmap], tasks: Any, results: Any) -> None:
-    views = [np.frombuffer(s, dtype=np.uint8) for s in slots]
+                 inherited: dict[int, Any], tasks: Any, results: Any) -> None:
+    slots = WorkerSlots(inherited)
     builder = None
     while True:
         item = tasks.get()
         if item is None:
             return
-        slot, task = item
+        ref, retired, task = item
+        slots.forget(retired)
+        if task is None:
+            continue
         try:
             builder = builder or make_builder()
-            meta = builder.build(task, views[slot])
+            meta = builder.build(task, slots.view(ref))
             results.put((task.generation, task.batch_no, "ok", meta))
         except DataError as exc:
             results.put((task.generation, task.batch_no, "data-error", str(exc)))
@@ -89,31 +93,31 @@ def _fork_all(processes: list[Any]) -> None:
 
 
 class WorkerPool:
-    """`num_workers` processes, each with `slots` buffers of `slot_nbytes`."""
+    """`num_workers` processes with up to `num_workers x prefetch` batches in flight."""
 
-    def __init__(self, make_builder: Callable[[], BatchBuilder], num_workers: int, slots: int,
-                 slot_nbytes: int) -> None:
+    def __init__(self, make_builder: Callable[[], BatchBuilder], num_workers: int,
+                 prefetch: int, slot_nbytes: int) -> None:
         context = mp.get_context("fork")
         self.num_workers = num_workers
-        self.slots_per_worker = slots
-        self._slots = [[mmap.mmap(-1, max(1, slot_nbytes)) for _ in range(slots)]
-                       for _ in range(num_workers)]
-        self._views = [[np.frombuffer(s, dtype=np.uint8) for s in ws] for ws in self._slots]
+        self.capacity = num_workers * prefetch  # how many batches may be in flight at once
+        # Spare slots: the batch being handed out and the one the caller still holds.
+        self._slots = SlotTable(slot_nbytes, spare=2, prefork=self.capacity + 2)
         self._tasks = [context.SimpleQueue() for _ in range(num_workers)]
         self._results = context.Queue()
+        inherited = self._slots.prefork_buffers()
         self._processes = [
             context.Process(target=_worker_main, daemon=True, name=f"datapipe-worker-{i}",
-                            args=(i, make_builder, self._slots[i], self._tasks[i],
-                                  self._results))
+                            args=(i, make_builder, inherited, self._tasks[i], self._results))
             for i in range(num_workers)]
         _fork_all(self._processes)
         self._ready: dict[tuple[int, int], tuple[str, Any]] = {}
-        self._outstanding: set[tuple[int, int]] = set()
+        self._outstanding: dict[tuple[int, int], int] = {}  # task -> slot id
+        self._submitted = 0
 
     @property
-    def capacity(self) -> int:
-        """How many batches may be in flight at once."""
-        return self.num_workers * self.slots_per_worker
+    def zero_copy(self) -> bool:
+        """Whether results are handed out without a copy (see slots.py)."""
+        return self._slots.zero_copy
 
     def ready_count(self) -> int:
         """Batches finished and waiting for the consumer (what a queue-depth plot shows)."""
@@ -123,30 +127,32 @@ class WorkerPool:
             waiting = 0
         return len(self._ready) + waiting
 
-    def _place(self, ticket: int) -> tuple[int, int]:
-        return ticket % self.num_workers, (ticket // self.num_workers) % self.slots_per_worker
+    def submit(self, task: BatchTask) -> None:
+        ref = self._slots.acquire()
+        retired = self._slots.retire_surplus(len(self._outstanding) + 1)
+        self._outstanding[(task.generation, task.batch_no)] = ref.id
+        worker = self._submitted % self.num_workers
+        self._submitted += 1
+        if retired:  # every worker may have mapped them
+            for i, q in enumerate(self._tasks):
+                if i != worker:
+                    q.put((_NO_SLOT, retired, None))
+        self._tasks[worker].put((ref, retired, task))
 
-    def submit(self, task: BatchTask, ticket: int) -> None:
-        """Queue a task; the caller must have consumed ticket - capacity before."""
-        worker, slot = self._place(ticket)
-        self._outstanding.add((task.generation, task.batch_no))
-        self._tasks[worker].put((slot, task))
-
-    def result(self, generation: int, batch_no: int,
-               ticket: int) -> tuple[dict[str, Any], np.ndarray]:
-        """Wait for batch `batch_no`; returns its metadata and its slot (valid until the slot's
-        next task is submitted)."""
+    def result(self, generation: int, batch_no: int) -> tuple[dict[str, Any], torch.Tensor]:
+        """Wait for batch `batch_no`; returns its metadata and its slot as a uint8 tensor,
+        which keeps the slot from reuse for as long as it (or a view of it) lives."""
         key = (generation, batch_no)
         while key not in self._ready:
             self._receive_one()
         status, payload = self._ready.pop(key)
-        self._outstanding.discard(key)
-        if status == "data-error":
-            raise DataError(payload)
-        if status == "error":
+        slot_id = self._outstanding.pop(key)
+        if status != "ok":
+            self._slots.release(slot_id)
+            if status == "data-error":
+                raise DataError(payload)
             raise WorkerError(payload)
-        worker, slot = self._place(ticket)
-        return payload, self._views[worker][slot]
+        return payload, self._slots.lease(slot_id)
 
     def _receive_one(self) -> None:
         try:
@@ -163,7 +169,7 @@ class WorkerPool:
             self._receive_one()
             for key in list(self._ready):
                 self._ready.pop(key)
-                self._outstanding.discard(key)
+                self._slots.release(self._outstanding.pop(key))
 
     def _check_alive(self) -> None:
         for i, p in enumerate(self._processes):
@@ -184,3 +190,4 @@ class WorkerPool:
         self._results.close()
         self._results.join_thread()
         self._processes = []
+        self._slots.close()

@@ -1,0 +1,153 @@
+"""Batch buffers that workers fill and the consumer hands out without copying.
+
+A batch is handed out as a tensor over its buffer ("leased"). The buffer is reused only once
+that tensor, and every view or array derived from it, is gone: the lease is a weak reference
+to the one ndarray the tensor's storage keeps alive. A training loop that drops each batch after
+its step cycles through a handful of buffers; a caller that keeps batches (``list(loader)``)
+gets new buffers instead of overwritten ones.
+
+On Linux a buffer is a memfd: shared with already-running workers by path
+(/proc/<pid>/fd/<n>), no name in /dev/shm to go stale, freed when the last mapping goes. Where
+memfd is missing, a fixed set of anonymous maps is made before the workers fork and the
+consumer gets copies instead.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+SHARED_MEMFD = hasattr(os, "memfd_create")
+
+
+@dataclass
+class Slot:
+    id: int
+    buffer: mmap.mmap
+    fd: int | None  # memfd, or None for a map inherited through fork
+    busy: bool = False  # a worker is filling it, or its batch is not yet handed out
+    lease: weakref.ref | None = field(default=None, repr=False)
+
+    @property
+    def free(self) -> bool:
+        return not self.busy and (self.lease is None or self.lease() is None)
+
+    def close(self) -> None:
+        self.buffer.close()
+        if self.fd is not None:
+            os.close(self.fd)
+
+
+@dataclass(frozen=True)
+class SlotRef:
+    """What a worker needs to find a slot: its id, and the consumer's memfd if any."""
+
+    id: int
+    owner_pid: int
+    fd: int | None
+    nbytes: int
+
+
+class SlotTable:
+    """The consumer's side: hands out free slots, making new ones when all are leased."""
+
+    def __init__(self, nbytes: int, spare: int, prefork: int = 0) -> None:
+        self.nbytes = max(1, nbytes)
+        self.spare = spare  # free slots kept beyond what is in flight
+        self._slots: dict[int, Slot] = {}
+        self._next_id = 0
+        self._retired: list[int] = []
+        self.zero_copy = SHARED_MEMFD
+        if not SHARED_MEMFD:  # fixed maps, inherited by workers forked after this
+            for _ in range(prefork):
+                self._add(mmap.mmap(-1, self.nbytes), None)
+
+    def prefork_buffers(self) -> dict[int, mmap.mmap]:
+        """Maps that exist before the workers fork (the non-memfd case)."""
+        return {s.id: s.buffer for s in self._slots.values() if s.fd is None}
+
+    def _add(self, buffer: mmap.mmap, fd: int | None) -> Slot:
+        slot = Slot(self._next_id, buffer, fd)
+        self._slots[slot.id] = slot
+        self._next_id += 1
+        return slot
+
+    def acquire(self) -> SlotRef:
+        """A slot for the next task: a free one, else a new one."""
+        slot = next((s for s in self._slots.values() if s.free), None)
+        if slot is None:
+            if not SHARED_MEMFD:
+                raise RuntimeError("all batch buffers are in use")  # cannot happen: copies
+            fd = os.memfd_create("datapipe-batch", os.MFD_CLOEXEC)
+            os.ftruncate(fd, self.nbytes)
+            slot = self._add(mmap.mmap(fd, self.nbytes), fd)
+        slot.busy, slot.lease = True, None
+        return SlotRef(slot.id, os.getpid(), slot.fd, self.nbytes)
+
+    def lease(self, slot_id: int) -> torch.Tensor:
+        """The slot's bytes as a uint8 tensor; the slot stays taken while the tensor (or any
+        view of it) lives. Without memfd, a copy, and the slot is free at once."""
+        slot = self._slots[slot_id]
+        slot.busy = False
+        view = np.frombuffer(slot.buffer, dtype=np.uint8)
+        if not self.zero_copy:
+            return torch.from_numpy(view.copy())
+        slot.lease = weakref.ref(view)
+        return torch.from_numpy(view)
+
+    def release(self, slot_id: int) -> None:
+        """A slot whose task was abandoned."""
+        self._slots[slot_id].busy = False
+
+    def retire_surplus(self, in_flight: int) -> list[int]:
+        """Close free slots beyond in-flight + spare (after a caller let go of many batches);
+        returns the ids workers should unmap."""
+        free = [s for s in self._slots.values() if s.free and s.fd is not None]
+        surplus = len(self._slots) - in_flight - self.spare
+        for slot in free[:max(0, surplus)]:
+            del self._slots[slot.id]
+            slot.close()
+            self._retired.append(slot.id)
+        retired, self._retired = self._retired, []
+        return retired
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def close(self) -> None:
+        for slot in self._slots.values():
+            try:
+                slot.close()
+            except BufferError:  # a leased batch still refers to it: its map stays valid
+                if slot.fd is not None:
+                    os.close(slot.fd)
+        self._slots.clear()
+
+
+class WorkerSlots:
+    """A worker's side: maps slots on first use, unmaps retired ones."""
+
+    def __init__(self, inherited: dict[int, mmap.mmap]) -> None:
+        self._maps = dict(inherited)
+
+    def view(self, ref: SlotRef) -> np.ndarray:
+        buffer = self._maps.get(ref.id)
+        if buffer is None:
+            fd = os.open(f"/proc/{ref.owner_pid}/fd/{ref.fd}", os.O_RDWR)
+            try:
+                buffer = mmap.mmap(fd, ref.nbytes)
+            finally:
+                os.close(fd)
+            self._maps[ref.id] = buffer
+        return np.frombuffer(buffer, dtype=np.uint8)
+
+    def forget(self, ids: list[int]) -> None:
+        for slot_id in ids:
+            buffer = self._maps.pop(slot_id, None)
+            if buffer is not None:
+                buffer.close()
