@@ -7,11 +7,14 @@
  *   scaled box. `pixels` is packed RGB, `height` rows of `width` pixels, whose top-left pixel
  *   is scaled image pixel (left, top).
  *
- * crop_into(data, region, scale_denom, box, flip, out, scalar=False) -> None
+ * crop_into(data, region, scale_denom, box, flip, out, path="auto") -> None
  *   The loader's whole per-image job in one call: decode `region` (x, y, w, h in stored pixels)
  *   as above, then resample the float `box` (x0, y0, x1, y1, stored pixels) with PIL's
  *   antialiased bilinear filter to fill `out` (a writable C-contiguous H x W x 3 uint8 array),
  *   mirrored when `flip`. No intermediate Python objects; working memory is reused per thread.
+ *   `path` picks the resampler's code ("auto", or one of resample_paths(), for tests).
+ *
+ * resample_paths() -> tuple of the resampler paths this build and CPU can run.
  *
  * In both, rows above the box are skipped (entropy-decoded only), rows below are never read,
  * columns outside the iMCU-aligned span are not decoded at all, and the GIL is released. They
@@ -171,20 +174,51 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     return Py_BuildValue("(Niiii)", out, r.width, r.height, r.left, r.top);
 }
 
+static const char *const path_names[] = {"auto", "portable", "sse2", "avx2"};
+
+static int resample_path(const char *name) {
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, path_names[i]) == 0) return i; /* RESAMPLE_* follow this order */
+    return -1;
+}
+
+static PyObject *resample_paths(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    PyObject *names = PyList_New(0);
+    for (int i = RESAMPLE_PORTABLE; names != NULL && i <= RESAMPLE_AVX2; i++) {
+        if (!resample_path_available(i)) continue;
+        PyObject *name = PyUnicode_FromString(path_names[i]);
+        if (name == NULL || PyList_Append(names, name) < 0) Py_CLEAR(names);
+        Py_XDECREF(name);
+    }
+    if (names == NULL) return NULL;
+    PyObject *result = PyList_AsTuple(names);
+    Py_DECREF(names);
+    return result;
+}
+
 static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *keywords[] = {"data", "region", "scale_denom", "box", "flip", "out", "scalar",
+    static char *keywords[] = {"data", "region", "scale_denom", "box", "flip", "out", "path",
                                NULL};
     Py_buffer data, out;
-    int rx, ry, rw, rh, denom, flip, scalar = 0, failed = 0;
+    int rx, ry, rw, rh, denom, flip, failed = 0;
+    const char *path_name = "auto";
     double bx0, by0, bx1, by1;
     PyObject *out_obj;
     struct region r;
     char message[JMSG_LENGTH_MAX] = "";
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*(iiii)i(dddd)pO|p", keywords, &data, &rx,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*(iiii)i(dddd)pO|s", keywords, &data, &rx,
                                      &ry, &rw, &rh, &denom, &bx0, &by0, &bx1, &by1, &flip,
-                                     &out_obj, &scalar))
+                                     &out_obj, &path_name))
         return NULL;
+    int path = resample_path(path_name);
+    if (path < 0 || !resample_path_available(path)) {
+        PyBuffer_Release(&data);
+        return PyErr_Format(PyExc_ValueError, "resampler path %s is not available here",
+                            path_name);
+    }
     if (check_denom(denom)) {
         PyBuffer_Release(&data);
         return NULL;
@@ -222,7 +256,7 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
             strcpy(message, "crop box outside the decoded region");
             failed = 1;
         } else if (resample_box_rgbx_to_rgb(r.pixels, r.width, r.height, r.stride, x0, y0, x1,
-                                            y1, flip, out.buf, out_w, out_h, scalar,
+                                            y1, flip, out.buf, out_w, out_h, path,
                                             &mem->resample)) {
             strcpy(message, "out of memory");
             failed = 1;
@@ -239,7 +273,9 @@ static PyMethodDef methods[] = {
     {"decode_region", decode_region, METH_VARARGS,
      "decode_region(data, x0, y0, w, h, scale_denom) -> (rgb, width, height, left, top)"},
     {"crop_into", (PyCFunction)(void (*)(void))crop_into, METH_VARARGS | METH_KEYWORDS,
-     "crop_into(data, region, scale_denom, box, flip, out, scalar=False) -> None"},
+     "crop_into(data, region, scale_denom, box, flip, out, path='auto') -> None"},
+    {"resample_paths", resample_paths, METH_NOARGS,
+     "resample_paths() -> the resampler paths this build and CPU can run"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jpeg",

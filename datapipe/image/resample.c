@@ -11,6 +11,14 @@
 #else
 #define HAVE_SSE2 0
 #endif
+/* AVX2 is compiled in on x86-64 whatever the build flags, and used when the CPU has it. */
+#if HAVE_SSE2 && defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
+#define HAVE_AVX2 1
+#define TARGET_AVX2 __attribute__((target("avx2")))
+#else
+#define HAVE_AVX2 0
+#endif
 
 /* 14 fraction bits: a weight of exactly 1.0 still fits in int16, and 255 * 2^14 * 2 taps per
    multiply-add stays far inside int32. */
@@ -214,9 +222,112 @@ static void vertical_sse2(const uint8_t *first, size_t stride, int row_bytes, in
 }
 #endif
 
+#if HAVE_AVX2
+/* Four rows at once, two per 256-bit register: one byte shuffle per pair of taps and row pair
+   does the interleave and the widening that takes three SSE2 instructions per row. */
+TARGET_AVX2 static void horizontal4_avx2(const uint8_t *row, size_t src_stride,
+                                         const struct axis *ax, int out_w, int flip,
+                                         uint8_t *dst, size_t dst_stride) {
+    /* r0g0b0x0 r1g1b1x1 -> int16 r0 r1 g0 g1 b0 b1 x0 x1, in each 128-bit lane */
+    const __m256i widen = _mm256_setr_epi8(
+        0, -1, 4, -1, 1, -1, 5, -1, 2, -1, 6, -1, 3, -1, 7, -1,
+        0, -1, 4, -1, 1, -1, 5, -1, 2, -1, 6, -1, 3, -1, 7, -1);
+    const __m256i round = _mm256_set1_epi32(1 << (PREC - 1));
+    const uint8_t *r0 = row, *r1 = row + src_stride, *r2 = row + 2 * src_stride,
+                  *r3 = row + 3 * src_stride;
+    for (int d = 0; d < out_w; d++) {
+        int i = flip ? out_w - 1 - d : d;
+        size_t at = (size_t)ax->start[i] * 4;
+        const int32_t *c = ax->pairs + (size_t)i * (size_t)ax->max_pairs;
+        __m256i acc01 = round, acc23 = round;
+        for (int k = 0; k < ax->npairs[i]; k++, at += 8) {
+            __m256i cc = _mm256_set1_epi32(c[k]);
+            __m256i p01 = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(r0 + at))),
+                _mm_loadl_epi64((const __m128i *)(r1 + at)), 1);
+            __m256i p23 = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(r2 + at))),
+                _mm_loadl_epi64((const __m128i *)(r3 + at)), 1);
+            acc01 = _mm256_add_epi32(acc01,
+                                     _mm256_madd_epi16(_mm256_shuffle_epi8(p01, widen), cc));
+            acc23 = _mm256_add_epi32(acc23,
+                                     _mm256_madd_epi16(_mm256_shuffle_epi8(p23, widen), cc));
+        }
+        /* Lanes: acc01 = [row0 | row1], acc23 = [row2 | row3]; pack keeps lanes apart, so
+           the 16 bytes come out as row0 row2 row1 row3... within lanes: reorder on store. */
+        __m256i packed = _mm256_packs_epi32(_mm256_srai_epi32(acc01, PREC),
+                                            _mm256_srai_epi32(acc23, PREC));
+        packed = _mm256_packus_epi16(packed, packed);
+        /* lane 0 bytes: row0 (0-3), row2 (4-7); lane 1: row1, row3 */
+        __m128i lo = _mm256_castsi256_si128(packed), hi = _mm256_extracti128_si256(packed, 1);
+        uint32_t v0 = (uint32_t)_mm_cvtsi128_si32(lo);
+        uint32_t v2 = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(lo, 4));
+        uint32_t v1 = (uint32_t)_mm_cvtsi128_si32(hi);
+        uint32_t v3 = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(hi, 4));
+        memcpy(dst + 3 * d, &v0, 4);
+        memcpy(dst + dst_stride + 3 * d, &v1, 4);
+        memcpy(dst + 2 * dst_stride + 3 * d, &v2, 4);
+        memcpy(dst + 3 * dst_stride + 3 * d, &v3, 4);
+    }
+}
+
+/* 16 bytes per step: interleave two rows' bytes, widen each half to 16 int16, one madd each. */
+TARGET_AVX2 static void vertical_avx2(const uint8_t *first, size_t stride, int row_bytes,
+                                      int npairs, const int32_t *c, uint8_t *out) {
+    const __m256i round = _mm256_set1_epi32(1 << (PREC - 1));
+    int x = 0;
+    for (; x + 16 <= row_bytes; x += 16) {
+        __m256i lo = round, hi = round;
+        const uint8_t *p = first + x;
+        for (int k = 0; k < npairs; k++, p += 2 * stride) {
+            __m128i a = _mm_loadu_si128((const __m128i *)p);
+            __m128i b = _mm_loadu_si128((const __m128i *)(p + stride));
+            __m256i cc = _mm256_set1_epi32(c[k]);
+            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(
+                                          _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b)), cc));
+            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(
+                                          _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, b)), cc));
+        }
+        /* lo holds bytes 0-7 as 8 int32, hi bytes 8-15; packs works per 128-bit lane. */
+        __m256i words = _mm256_packs_epi32(_mm256_srai_epi32(lo, PREC),
+                                           _mm256_srai_epi32(hi, PREC));
+        /* lanes now: [lo0-3 hi0-3 | lo4-7 hi4-7] -> restore 0..15 order */
+        words = _mm256_permute4x64_epi64(words, 0xD8);
+        __m128i bytes = _mm_packus_epi16(_mm256_castsi256_si128(words),
+                                         _mm256_extracti128_si256(words, 1));
+        _mm_storeu_si128((__m128i *)(out + x), bytes);
+    }
+    if (x < row_bytes) vertical_sse2(first + x, stride, row_bytes - x, npairs, c, out + x);
+}
+
+static int cpu_has_avx2(void) {
+    static int known = -1;
+    if (known < 0) known = __builtin_cpu_supports("avx2") ? 1 : 0;
+    return known;
+}
+#endif
+
+int resample_path_available(int path) {
+    switch (path) {
+    case RESAMPLE_AUTO:
+    case RESAMPLE_PORTABLE:
+        return 1;
+    case RESAMPLE_SSE2:
+        return HAVE_SSE2;
+    case RESAMPLE_AVX2:
+#if HAVE_AVX2
+        return cpu_has_avx2();
+#else
+        return 0;
+#endif
+    default:
+        return 0;
+    }
+}
+
 int resample_box_rgbx_to_rgb(const uint8_t *src, int src_w, int src_h, size_t src_stride,
                              double x0, double y0, double x1, double y1, int flip,
-                             uint8_t *dst, int out_w, int out_h, int scalar,
+                             uint8_t *dst, int out_w, int out_h, int path,
                              struct scratch *work) {
     struct axis ax = {0}, ay = {0};
     int status = -1;
@@ -235,7 +346,10 @@ int resample_box_rgbx_to_rgb(const uint8_t *src, int src_w, int src_h, size_t sr
     uint8_t *tmp = scratch_reserve(work, stride * (size_t)(end_row - first_row));
     if (tmp == NULL) goto done;
 
-    int use_sse2 = HAVE_SSE2 && !scalar;
+    if (path == RESAMPLE_AUTO)
+        path = resample_path_available(RESAMPLE_AVX2)   ? RESAMPLE_AVX2
+               : resample_path_available(RESAMPLE_SSE2) ? RESAMPLE_SSE2
+                                                        : RESAMPLE_PORTABLE;
     int src_end = end_row < src_h ? end_row : src_h;
     for (int y = first_row; y < end_row; y++) {
         uint8_t *line = tmp + stride * (size_t)(y - first_row);
@@ -245,27 +359,34 @@ int resample_box_rgbx_to_rgb(const uint8_t *src, int src_w, int src_h, size_t sr
     for (int y = first_row; y < src_end;) {
         const uint8_t *row = src + src_stride * (size_t)y;
         uint8_t *line = tmp + stride * (size_t)(y - first_row);
-#if HAVE_SSE2
-        if (use_sse2 && y + 4 <= src_end) {
-            horizontal4_sse2(row, src_stride, &ax, out_w, flip, line, stride);
-            y += 4;
-            continue;
-        }
-        if (use_sse2) {
-            horizontal_sse2(row, &ax, out_w, flip, line);
-            y += 1;
-            continue;
-        }
+        int rows = path != RESAMPLE_PORTABLE && y + 4 <= src_end ? 4 : 1;
+#if HAVE_AVX2
+        if (path == RESAMPLE_AVX2 && rows == 4)
+            horizontal4_avx2(row, src_stride, &ax, out_w, flip, line, stride);
+        else
 #endif
-        horizontal_scalar(row, &ax, out_w, flip, line);
-        y += 1;
+#if HAVE_SSE2
+        if (path != RESAMPLE_PORTABLE && rows == 4)
+            horizontal4_sse2(row, src_stride, &ax, out_w, flip, line, stride);
+        else if (path != RESAMPLE_PORTABLE)
+            horizontal_sse2(row, &ax, out_w, flip, line);
+        else
+#endif
+            horizontal_scalar(row, &ax, out_w, flip, line);
+        y += rows;
     }
     for (int i = 0; i < out_h; i++) {
         const uint8_t *first = tmp + stride * (size_t)(ay.start[i] - first_row);
         const int32_t *c = ay.pairs + (size_t)i * (size_t)ay.max_pairs;
         uint8_t *out = dst + (size_t)row_bytes * (size_t)i;
+#if HAVE_AVX2
+        if (path == RESAMPLE_AVX2) {
+            vertical_avx2(first, stride, row_bytes, ay.npairs[i], c, out);
+            continue;
+        }
+#endif
 #if HAVE_SSE2
-        if (use_sse2) {
+        if (path != RESAMPLE_PORTABLE) {
             vertical_sse2(first, stride, row_bytes, ay.npairs[i], c, out);
             continue;
         }

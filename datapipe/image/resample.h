@@ -2,8 +2,9 @@
  * Antialiased bilinear resampling of a crop box, flip included, written straight into the
  * caller's buffer. Same filter and box semantics as PIL's Image.resize(BILINEAR, box=...):
  * separable, horizontal pass first over the rows the vertical pass needs, 8-bit intermediate.
- * Fixed-point coefficients are 16-bit so pairs of taps go through one SSE2 multiply-add; the
- * portable path does the same integer arithmetic, so both give identical bytes. Results are
+ * Fixed-point coefficients are 16-bit so pairs of taps go through one SIMD multiply-add (SSE2,
+ * or AVX2 where the CPU has it); the portable path does the same integer arithmetic, so all
+ * give identical bytes. Results are
  * within rounding (+-1) of PIL's, which keeps more coefficient bits.
  */
 #ifndef DATAPIPE_RESAMPLE_H
@@ -22,15 +23,21 @@ struct scratch {
 /* Returns NULL when out of memory. */
 uint8_t *scratch_reserve(struct scratch *s, size_t size);
 
+/* Which code does the arithmetic; all give identical bytes. */
+enum { RESAMPLE_AUTO = 0, RESAMPLE_PORTABLE = 1, RESAMPLE_SSE2 = 2, RESAMPLE_AVX2 = 3 };
+
+/* Whether this build and CPU can run `path`. */
+int resample_path_available(int path);
+
 /*
  * Resample box (x0, y0)-(x1, y1) of `src` (RGBX pixels, rows `src_stride` bytes apart; each
  * row must have 4 readable bytes after its last pixel) to out_w x out_h packed RGB at `dst`,
- * mirrored left-right when `flip`. `scalar` forces the portable path (for tests).
+ * mirrored left-right when `flip`, computed by `path` (RESAMPLE_AUTO: the fastest available).
  * Returns 0, or -1 when out of memory.
  */
 int resample_box_rgbx_to_rgb(const uint8_t *src, int src_w, int src_h, size_t src_stride,
                              double x0, double y0, double x1, double y1, int flip,
-                             uint8_t *dst, int out_w, int out_h, int scalar,
+                             uint8_t *dst, int out_w, int out_h, int path,
                              struct scratch *work);
 
 #endif

@@ -60,8 +60,8 @@ def _pil_resize(data: bytes, box: tuple[float, ...], size: tuple[int, int],
 
 @pytest.mark.parametrize("seed", range(40))
 def test_crop_into_is_pil_resize_within_one_level(seed: int) -> None:
-    """Any float box, shrinking or enlarging, odd sizes, flipped or not; and the SIMD and
-    portable paths give identical bytes."""
+    """Any float box, shrinking or enlarging, odd sizes, flipped or not; and every resampler
+    path this CPU runs (portable, SSE2, AVX2) gives identical bytes."""
     rng = np.random.default_rng(100 + seed)
     w, h = int(rng.integers(9, 300)), int(rng.integers(9, 300))
     data = jpeg_bytes(noise_image(w, h, seed))
@@ -69,13 +69,14 @@ def test_crop_into_is_pil_resize_within_one_level(seed: int) -> None:
     box = (x0, y0, rng.uniform(x0 + 2, w), rng.uniform(y0 + 2, h))
     out_w, out_h = int(rng.integers(1, 260)), int(rng.integers(1, 260))
     flip = bool(seed % 2)
-    simd = np.zeros((out_h, out_w, 3), np.uint8)
-    jpeg.crop_into(data, (0, 0, w, h), 1, box, flip, simd)
-    portable = np.zeros_like(simd)
-    jpeg.crop_into(data, (0, 0, w, h), 1, box, flip, portable, scalar=True)
-    np.testing.assert_array_equal(simd, portable)
+    results = {}
+    for path in jpeg.resample_paths():
+        results[path] = np.zeros((out_h, out_w, 3), np.uint8)
+        jpeg.crop_into(data, (0, 0, w, h), 1, box, flip, results[path], path=path)
+    for path, pixels in results.items():
+        np.testing.assert_array_equal(pixels, results["portable"], err_msg=path)
     reference = _pil_resize(data, box, (out_w, out_h), flip)
-    assert np.abs(simd.astype(int) - reference).max() <= 1
+    assert np.abs(results["portable"].astype(int) - reference).max() <= 1
 
 
 def test_crop_into_rejects_an_output_it_cannot_fill() -> None:
@@ -84,6 +85,9 @@ def test_crop_into_rejects_an_output_it_cannot_fill() -> None:
                 np.zeros((8, 16, 3), np.uint8)[:, ::2]):
         with pytest.raises((ValueError, BufferError)):
             jpeg.crop_into(data, (0, 0, 32, 32), 1, (0.0, 0.0, 32.0, 32.0), False, out)
+    with pytest.raises(ValueError, match="not available"):
+        jpeg.crop_into(data, (0, 0, 32, 32), 1, (0.0, 0.0, 32.0, 32.0), False,
+                       np.zeros((8, 8, 3), np.uint8), path="neon")
     with pytest.raises(BufferError, match="not writable"):
         jpeg.crop_into(data, (0, 0, 32, 32), 1, (0.0, 0.0, 32.0, 32.0), False, b"read-only")
 
