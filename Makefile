@@ -25,6 +25,7 @@ bench: setup
 	$(PY) -m benchmarks.bench_loader
 	$(PY) -m benchmarks.bench_text
 	$(PY) -m benchmarks.bench_profiler
+	$(PY) -m benchmarks.bench_gpu
 
 clean:
 	rm -rf $(VENV) demo-out bench-data bench-results

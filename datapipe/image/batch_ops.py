@@ -19,6 +19,9 @@ class BatchTransforms:
         self.steps = steps
         self.seed = seed
         self._jitter = {}
+        # Normalize's constants, made once per device: building them from Python lists each
+        # batch would be a blocking host-to-device copy per batch.
+        self._constants: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
         for step in steps:
             if isinstance(step, ColorJitter):
                 self._jitter[id(step)] = _kornia_jitter(step)
@@ -32,8 +35,17 @@ class BatchTransforms:
             if isinstance(step, ColorJitter):
                 x = self._apply_jitter(step, x, epoch, batch_no)
             elif isinstance(step, Normalize):
-                x = _normalize(x, step)
+                mean, std = self._normalize_constants(step, x.device)
+                x = x.sub_(mean).div_(std).to(_DTYPES[step.dtype])
         return x
+
+    def _normalize_constants(self, step: Normalize,
+                             device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (id(step), device)
+        if key not in self._constants:
+            self._constants[key] = (torch.tensor(step.mean, device=device).view(1, 3, 1, 1),
+                                    torch.tensor(step.std, device=device).view(1, 3, 1, 1))
+        return self._constants[key]
 
     def _apply_jitter(self, step: ColorJitter, x: torch.Tensor, epoch: int,
                       batch_no: int) -> torch.Tensor:
@@ -51,9 +63,3 @@ def _kornia_jitter(step: ColorJitter) -> torch.nn.Module:
     except ImportError:
         raise ArgumentError("ColorJitter needs kornia: pip install kornia") from None
     return K.ColorJitter(step.brightness, step.contrast, step.saturation, step.hue, p=1.0)
-
-
-def _normalize(x: torch.Tensor, step: Normalize) -> torch.Tensor:
-    mean = torch.tensor(step.mean, device=x.device).view(1, 3, 1, 1)
-    std = torch.tensor(step.std, device=x.device).view(1, 3, 1, 1)
-    return ((x - mean) / std).to(_DTYPES[step.dtype])

@@ -26,8 +26,10 @@ def prefetch_to_device(batches: Iterator[tuple[int, dict[str, Any]]],
     """Items are (batch number, batch). On CUDA, copy batch b+1 on a side stream while the
     caller computes on batch b.
 
-    Host tensors must be pinned for the copy to be asynchronous. Each yielded tensor is
-    recorded on the consumer's stream so its memory is not reused while still in use.
+    Host tensors must be pinned for the copy to be asynchronous. The caller's stream waits for
+    its own batch's copy only (an event per batch), not for the next batch's copy queued behind
+    it; each yielded tensor is recorded on the caller's stream so its memory is not reused while
+    still in use.
     """
     if device.type != "cuda":
         yield from batches
@@ -37,16 +39,19 @@ def prefetch_to_device(batches: Iterator[tuple[int, dict[str, Any]]],
     for b, batch in batches:
         with torch.cuda.stream(stream):
             moved = to_device(batch, device, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record(stream)
         if pending is not None:
-            yield pending[0], _hand_over(pending[1], stream)
-        pending = (b, moved)
+            yield pending[0], _hand_over(*pending[1:])
+        pending = (b, moved, copied, device)
     if pending is not None:
-        yield pending[0], _hand_over(pending[1], stream)
+        yield pending[0], _hand_over(*pending[1:])
 
 
-def _hand_over(batch: dict[str, Any], stream: torch.cuda.Stream) -> dict[str, Any]:
-    current = torch.cuda.current_stream(stream.device)
-    current.wait_stream(stream)
+def _hand_over(batch: dict[str, Any], copied: torch.cuda.Event,
+               device: torch.device) -> dict[str, Any]:
+    current = torch.cuda.current_stream(device)
+    current.wait_event(copied)
     for value in batch.values():
         if isinstance(value, torch.Tensor) and value.is_cuda:
             value.record_stream(current)
