@@ -86,3 +86,12 @@ def test_slot_bytes_reach_the_consumer_unchanged() -> None:
     del view
     assert table.lease(ref.id).tolist() == list(range(16))
     table.close()
+
+
+def test_batches_outlive_the_loader_and_its_workers(shards: Path) -> None:
+    expected = _epoch_copies(shards, 2)
+    with dp.Loader(shards, batch_size=3, num_workers=2, seed=5, transform=CROP,
+                   persistent=False) as loader:
+        kept = [batch["image"] for batch in loader]  # workers and buffers closed after the epoch
+    gc.collect()
+    assert all(torch.equal(k, e) for k, e in zip(kept, expected, strict=True))
