@@ -34,6 +34,11 @@ class Loader(LoaderBase):
     normalised floats with ``Normalize``), ``label`` and ``index`` (int64: global sample ids),
     ``is_padding`` (bool: samples repeated so every rank runs the same number of steps), plus
     the dataset's extra columns.
+
+    ``rank``/``world_size`` default to torch.distributed's. Each rank gets ceil(N / world_size)
+    samples, the shortfall repeated and flagged ``is_padding``; ``drop_last`` then drops the
+    incomplete last batch of that share. Batches are views of shared buffers, never reused
+    while anything refers to them.
     """
 
     def __init__(self, path: str | Path, batch_size: int = 256, *, shuffle: bool = True,
