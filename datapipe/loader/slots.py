@@ -6,16 +6,18 @@ to the one ndarray the tensor's storage keeps alive. A training loop that drops 
 its step cycles through a handful of buffers; a caller that keeps batches (``list(loader)``)
 gets new buffers instead of overwritten ones.
 
-On Linux a buffer is a memfd: shared with already-running workers by path
-(/proc/<pid>/fd/<n>), no name in /dev/shm to go stale, freed when the last mapping goes. Where
-memfd is missing, a fixed set of anonymous maps is made before the workers fork and the
-consumer gets copies instead.
+On Linux a buffer is a memfd, passed to already-running workers over a Unix socket
+(SCM_RIGHTS): no name in /dev/shm to go stale, freed when the last mapping goes. Where memfd is
+missing, a fixed set of anonymous maps is made before the workers fork and the consumer gets
+copies instead.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import socket
+import struct
 import weakref
 from dataclasses import dataclass, field
 
@@ -45,12 +47,20 @@ class Slot:
 
 @dataclass(frozen=True)
 class SlotRef:
-    """What a worker needs to find a slot: its id, and the consumer's memfd if any."""
+    """What a worker needs to find a slot: its id and size; `fd` is the consumer's memfd (sent
+    over the worker's socket the first time that worker meets the slot), or None."""
 
     id: int
-    owner_pid: int
     fd: int | None
     nbytes: int
+
+
+_SLOT_ID = struct.Struct("<q")
+
+
+def send_slot(channel: socket.socket, ref: SlotRef) -> None:
+    """Give a worker the slot's memfd (the kernel duplicates it into the worker)."""
+    socket.send_fds(channel, [_SLOT_ID.pack(ref.id)], [ref.fd])
 
 
 class SlotTable:
@@ -87,7 +97,7 @@ class SlotTable:
             os.ftruncate(fd, self.nbytes)
             slot = self._add(mmap.mmap(fd, self.nbytes), fd)
         slot.busy, slot.lease = True, None
-        return SlotRef(slot.id, os.getpid(), slot.fd, self.nbytes)
+        return SlotRef(slot.id, slot.fd, self.nbytes)
 
     def lease(self, slot_id: int) -> torch.Tensor:
         """The slot's bytes as a uint8 tensor; the slot stays taken while the tensor (or any
@@ -130,19 +140,27 @@ class SlotTable:
 
 
 class WorkerSlots:
-    """A worker's side: maps slots on first use, unmaps retired ones."""
+    """A worker's side: maps slots on first use (their memfds arrive on `channel`, in the
+    order the tasks naming them do), unmaps retired ones."""
 
-    def __init__(self, inherited: dict[int, mmap.mmap]) -> None:
+    def __init__(self, inherited: dict[int, mmap.mmap], channel: socket.socket | None) -> None:
         self._maps = dict(inherited)
+        self._channel = channel
 
     def view(self, ref: SlotRef) -> np.ndarray:
         buffer = self._maps.get(ref.id)
         if buffer is None:
-            fd = os.open(f"/proc/{ref.owner_pid}/fd/{ref.fd}", os.O_RDWR)
+            if self._channel is None:
+                raise RuntimeError(f"slot {ref.id} is unknown to this worker")
+            data, fds, _, _ = socket.recv_fds(self._channel, _SLOT_ID.size, 1)
             try:
-                buffer = mmap.mmap(fd, ref.nbytes)
+                (sent_id,) = _SLOT_ID.unpack(data)
+                if sent_id != ref.id or len(fds) != 1:
+                    raise RuntimeError(f"expected slot {ref.id}, received {sent_id}")
+                buffer = mmap.mmap(fds[0], ref.nbytes)
             finally:
-                os.close(fd)
+                for fd in fds:
+                    os.close(fd)
             self._maps[ref.id] = buffer
         return np.frombuffer(buffer, dtype=np.uint8)
 

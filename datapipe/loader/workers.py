@@ -13,6 +13,7 @@ import gc
 import multiprocessing as mp
 import os
 import queue
+import socket
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 
 from datapipe.errors import DataError, DatapipeError
-from datapipe.loader.slots import SlotTable, WorkerSlots
+from datapipe.loader.slots import SlotTable, WorkerSlots, send_slot
 
 _POLL_SECONDS = 0.5
 _NO_SLOT = None  # a message that only retires slots
@@ -54,8 +55,9 @@ class WorkerError(DatapipeError):
 
 
 def _worker_main(worker_id: int, make_builder: Callable[[], BatchBuilder],
-                 inherited: dict[int, Any], tasks: Any, results: Any) -> None:
-    slots = WorkerSlots(inherited)
+                 inherited: dict[int, Any], channel: socket.socket | None, tasks: Any,
+                 results: Any) -> None:
+    slots = WorkerSlots(inherited, channel)
     builder = None
     while True:
         item = tasks.get()
@@ -105,11 +107,20 @@ class WorkerPool:
         self._tasks = [context.SimpleQueue() for _ in range(num_workers)]
         self._results = context.Queue()
         inherited = self._slots.prefork_buffers()
+        # One socket pair per worker, for handing over memfds of slots made after the fork.
+        pairs = [socket.socketpair() if self._slots.zero_copy else (None, None)
+                 for _ in range(num_workers)]
+        self._channels = [ours for ours, _ in pairs]
+        self._known: list[set[int]] = [set() for _ in range(num_workers)]  # slots each has
         self._processes = [
             context.Process(target=_worker_main, daemon=True, name=f"datapipe-worker-{i}",
-                            args=(i, make_builder, inherited, self._tasks[i], self._results))
-            for i in range(num_workers)]
+                            args=(i, make_builder, inherited, theirs, self._tasks[i],
+                                  self._results))
+            for i, (_, theirs) in enumerate(pairs)]
         _fork_all(self._processes)
+        for _, theirs in pairs:
+            if theirs is not None:
+                theirs.close()
         self._ready: dict[tuple[int, int], tuple[str, Any]] = {}
         self._outstanding: dict[tuple[int, int], int] = {}  # task -> slot id
         self._submitted = 0
@@ -135,8 +146,12 @@ class WorkerPool:
         self._submitted += 1
         if retired:  # every worker may have mapped them
             for i, q in enumerate(self._tasks):
+                self._known[i].difference_update(retired)
                 if i != worker:
                     q.put((_NO_SLOT, retired, None))
+        if ref.fd is not None and ref.id not in self._known[worker]:
+            send_slot(self._channels[worker], ref)  # before the task that names it
+            self._known[worker].add(ref.id)
         self._tasks[worker].put((ref, retired, task))
 
     def result(self, generation: int, batch_no: int) -> tuple[dict[str, Any], torch.Tensor]:
@@ -191,3 +206,6 @@ class WorkerPool:
         self._results.join_thread()
         self._processes = []
         self._slots.close()
+        for channel in self._channels:
+            if channel is not None:
+                channel.close()
