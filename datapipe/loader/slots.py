@@ -71,7 +71,6 @@ class SlotTable:
         self.spare = spare  # free slots kept beyond what is in flight
         self._slots: dict[int, Slot] = {}
         self._next_id = 0
-        self._retired: list[int] = []
         self.zero_copy = SHARED_MEMFD
         if not SHARED_MEMFD:  # fixed maps, inherited by workers forked after this
             for _ in range(prefork):
@@ -114,16 +113,15 @@ class SlotTable:
         """A slot whose task was abandoned."""
         self._slots[slot_id].busy = False
 
-    def retire_surplus(self, in_flight: int) -> list[int]:
-        """Close free slots beyond in-flight + spare (after a caller let go of many batches);
+    def retire_surplus(self) -> list[int]:
+        """Close free slots beyond `spare` (after a caller let go of many kept batches);
         returns the ids workers should unmap."""
         free = [s for s in self._slots.values() if s.free and s.fd is not None]
-        surplus = len(self._slots) - in_flight - self.spare
-        for slot in free[:max(0, surplus)]:
+        retired = []
+        for slot in free[:max(0, len(free) - self.spare)]:
             del self._slots[slot.id]
             slot.close()
-            self._retired.append(slot.id)
-        retired, self._retired = self._retired, []
+            retired.append(slot.id)
         return retired
 
     def __len__(self) -> int:

@@ -102,7 +102,8 @@ class WorkerPool:
         context = mp.get_context("fork")
         self.num_workers = num_workers
         self.capacity = num_workers * prefetch  # how many batches may be in flight at once
-        # Spare slots: the batch being handed out and the one the caller still holds.
+        # Spare free slots: for the batch being handed out while the caller still holds the
+        # previous one, so a steady loop never makes or retires buffers.
         self._slots = SlotTable(slot_nbytes, spare=2, prefork=self.capacity + 2)
         self._tasks = [context.SimpleQueue() for _ in range(num_workers)]
         self._results = context.Queue()
@@ -140,7 +141,7 @@ class WorkerPool:
 
     def submit(self, task: BatchTask) -> None:
         ref = self._slots.acquire()
-        retired = self._slots.retire_surplus(len(self._outstanding) + 1)
+        retired = self._slots.retire_surplus()
         self._outstanding[(task.generation, task.batch_no)] = ref.id
         worker = self._submitted % self.num_workers
         self._submitted += 1
