@@ -14,6 +14,7 @@ copies instead.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import socket
@@ -166,4 +167,5 @@ class WorkerSlots:
         for slot_id in ids:
             buffer = self._maps.pop(slot_id, None)
             if buffer is not None:
-                buffer.close()
+                with contextlib.suppress(BufferError):  # a view still open: unmapped with it
+                    buffer.close()

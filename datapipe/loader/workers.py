@@ -126,11 +126,6 @@ class WorkerPool:
         self._outstanding: dict[tuple[int, int], int] = {}  # task -> slot id
         self._submitted = 0
 
-    @property
-    def zero_copy(self) -> bool:
-        """Whether results are handed out without a copy (see slots.py)."""
-        return self._slots.zero_copy
-
     def ready_count(self) -> int:
         """Batches finished and waiting for the consumer (what a queue-depth plot shows)."""
         try:
