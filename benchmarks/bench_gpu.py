@@ -54,13 +54,10 @@ import argparse
 import itertools
 import json
 import math
-import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -68,21 +65,31 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_convert import ensure_photos, photo_stats
-from benchmarks.bench_loader import BATCH, CROP, Outcome, ensure_form, one_line
+from benchmarks.bench_loader import BATCH, CROP, ensure_form
 from benchmarks.common import (
     BENCH_DATA,
+    announce_machine,
     cores,
-    fresh_dir,
     installed,
-    machine,
     machine_line,
     markdown_table,
     median,
-    run_child,
+    publish,
     timed,
-    wait_for_quiet,
     warm_page_cache,
-    write_results,
+)
+from benchmarks.runs import (
+    BUSY_ELSEWHERE,
+    Outcome,
+    Record,
+    busiest,
+    check_skip,
+    initial_outcome,
+    outcomes_data,
+    run_one,
+    run_rounds,
+    skip_names,
+    write_child_result,
 )
 
 if TYPE_CHECKING:
@@ -94,7 +101,6 @@ NO_CUDA_EXIT = 2  # with --require-cuda
 MATMUL_SIZE = 2048
 PROBE_MATMULS = 10  # per calibration timing
 COPY_ROUNDS = 5  # step-alone and step+copy loops alternate this often (drift hits both)
-BUSY_ELSEWHERE = 0.2  # cores of other work during a run above which the report warns
 JITTER = (0.4, 0.4, 0.4, 0.1)  # brightness, contrast, saturation, hue
 LOOPS = ("async", "synced")
 
@@ -395,12 +401,8 @@ def loader_run(job: Job, decode: str) -> dict[str, Any]:
 def child_main(name: str, job_json: str, result_file: Path) -> None:
     """Measure one run in this (fresh) process; a failure becomes one line for the table."""
     job = Job(**json.loads(job_json))
-    try:
-        result = copy_run(job) if name == "copy" else loader_run(job, decode=name)
-    except Exception as exc:  # the log has the traceback
-        traceback.print_exc()
-        result = {"error": f"{type(exc).__name__}: {one_line(exc)}"}
-    result_file.write_text(json.dumps(result))
+    write_child_result(result_file, lambda: copy_run(job) if name == "copy"
+                       else loader_run(job, decode=name))
 
 
 # ---------------------------------------------------------------- running (the parent)
@@ -410,13 +412,6 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def initial_outcome(kind: Kind, skip: set[str]) -> Outcome:
-    if kind.name in skip:
-        return Outcome("skipped")
-    missing = [m for m in kind.modules if find_spec(m) is None]
-    return Outcome(f"not installed ({', '.join(missing)})" if missing else "ok")
 
 
 def prepare_shards(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
@@ -435,30 +430,12 @@ def prepare_shards(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
 
 def run_all(args: argparse.Namespace, job: Job, outcomes: dict[str, Outcome]) -> None:
     """`args.repeats` rounds, each running every kind once, so drift spreads over all."""
-    script = str(Path(__file__).resolve())
-    for repeat in range(1, args.repeats + 1):
-        for kind in KINDS:
-            outcome = outcomes[kind.name]
-            if outcome.status != "ok":
-                continue
-            run_dir = fresh_dir(BENCH_DATA / "gpu-runs" / f"{kind.name}-{repeat}")
-            argv = [script, "--one", kind.name, "--job", json.dumps(asdict(job)),
-                    "--result", str(run_dir / "result.json")]
-            wait_for_quiet(args.settle)
-            print(f"round {repeat}/{args.repeats}: {kind.name} ...", end=" ", flush=True)
-            try:
-                run = run_child(argv, run_dir / "result.json", run_dir / "log.txt")
-            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-                run = {"error": one_line(exc)}
-            if "error" in run:
-                outcome.status = f"failed: {run['error']}"
-                print(f"{outcome.status} (log: {run_dir / 'log.txt'})", flush=True)
-                continue
-            outcome.runs.append(run)
-            print(progress_line(kind.name, run), flush=True)
+    run_rounds(args.repeats, list(KINDS_BY_NAME), outcomes, BENCH_DATA / "gpu-runs",
+               args.settle, lambda name, run_dir: run_one(__file__, name, job, run_dir),
+               progress_line, brief_failures=True)
 
 
-def progress_line(name: str, run: dict[str, Any]) -> str:
+def progress_line(name: str, run: Record) -> str:
     if name == "copy":
         return f"copy {run['copy_ms']:.2f} ms ({run['copy_gbps']:.1f} GB/s)"
     return f"{run['images_per_s']:,.0f} images/s (other work: {run['others_cores']:.2f} cores)"
@@ -558,9 +535,9 @@ def notes(meta: dict[str, Any], outcomes: dict[str, Outcome]) -> list[str]:
         "hidden = 1 − (step + copy − step) / copy. The copy run's step is sized to "
         f"{meta['copy_factor']:g}× the copy.",
     ]
-    busiest = max((r["others_cores"] for o in outcomes.values() for r in o.runs), default=0.0)
-    if busiest > BUSY_ELSEWHERE:
-        lines.append(f"Warning: other processes used up to {busiest:.1f} cores during some "
+    most = busiest(outcomes)
+    if most > BUSY_ELSEWHERE:
+        lines.append(f"Warning: other processes used up to {most:.1f} cores during some "
                      "runs; the CPU-decode figures are lower than this machine can do.")
     return lines
 
@@ -623,9 +600,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      "positive")
     if min(args.step_ms, args.copy_factor) <= 0:
         parser.error("--step-ms and --copy-factor must be positive")
-    unknown = set(filter(None, args.skip.split(","))) - set(KINDS_BY_NAME)
-    if unknown:
-        parser.error(f"--skip: unknown {', '.join(sorted(unknown))}")
+    check_skip(parser, args.skip, KINDS_BY_NAME)
     return args
 
 
@@ -637,10 +612,9 @@ def main(argv: list[str] | None = None) -> int:
     if not cuda_available():
         print(SKIP_LINE, file=sys.stderr if args.require_cuda else sys.stdout)
         return NO_CUDA_EXIT if args.require_cuda else 0
-    skip = set(filter(None, args.skip.split(",")))
-    outcomes = {k.name: initial_outcome(k, skip) for k in KINDS}
-    info = machine()
-    print(f"Machine: {machine_line(info)}", flush=True)
+    skip = skip_names(args.skip)
+    outcomes = {k.name: initial_outcome((k.name,), skip, k.modules) for k in KINDS}
+    info = announce_machine()
     (shards, data), prep_s = timed(lambda: prepare_shards(args))
     job = Job(str(shards), args.workers, args.batches, args.batch_size, args.step_ms, args.dtype,
               args.copy_factor)
@@ -649,13 +623,10 @@ def main(argv: list[str] | None = None) -> int:
             "dali": installed("nvidia-dali-cuda130") or installed("nvidia-dali-cuda120")}
     _, bench_s = timed(lambda: run_all(args, job, outcomes))
     meta["benchmark_s"] = round(bench_s, 1)
-    report = render(info, meta, outcomes)
-    print("\n" + report)
     summary = summarise(outcomes)
-    md, js = write_results("gpu", report, {
+    publish("gpu", render(info, meta, outcomes), {
         "machine": info, "meta": meta, "headline": headline(summary, outcomes),
-        "summary": summary, "outcomes": {name: asdict(o) for name, o in outcomes.items()}})
-    print(f"\nsaved {md} and {js} (inputs {prep_s:.0f} s, runs {bench_s:.0f} s)")
+        "summary": summary, "outcomes": outcomes_data(outcomes)}, prep_s, bench_s)
     return 0
 
 

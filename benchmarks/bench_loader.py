@@ -34,13 +34,10 @@ import io
 import json
 import math
 import random
-import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
-from importlib.util import find_spec
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,19 +47,33 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` 
 from benchmarks.bench_convert import ensure_photos, list_photos, photo_stats
 from benchmarks.common import (
     BENCH_DATA,
+    announce_machine,
     cores,
     fresh_dir,
-    machine,
+    goal_verdict,
     machine_line,
     markdown_table,
     median,
+    publish,
+    ratio,
     run_child,
     timed,
     tree_bytes,
     tree_cpu_seconds,
-    wait_for_quiet,
     warm_page_cache,
-    write_results,
+)
+from benchmarks.runs import (
+    CHILD_FAILURES,
+    Outcome,
+    Record,
+    busy_warning,
+    check_skip,
+    initial_outcome,
+    outcomes_data,
+    run_one,
+    run_rounds,
+    skip_names,
+    write_child_result,
 )
 
 if TYPE_CHECKING:
@@ -81,7 +92,6 @@ PIECES = 16
 FORM_VERSION = 1  # bump when the converted forms change, so cached ones are rebuilt
 GOALS = {"torch": 3.0, "dali": 2.0}  # datapipe (decode="cpu") >= this many times the tool
 CEILING_GOAL = 0.85  # datapipe >= this fraction of the decode-only ceiling
-BUSY_ELSEWHERE = 0.2  # cores of other work during a run above which the report warns
 CHILD_ENV = {"LITDATA_DISABLE_VERSION_CHECK": "1", "HF_HUB_OFFLINE": "1",
              "HF_DATASETS_OFFLINE": "1"}
 
@@ -340,16 +350,14 @@ def child_main(name: str, job_json: str, result_file: Path) -> None:
     """Measure one run of one tool in this (fresh) process."""
     job = Job(**json.loads(job_json))
     peer = PEERS_BY_NAME[name]
-    try:
+
+    def measure_run() -> Record:
         if peer.batches is None:
-            result = measure_ceiling(job)
-        else:
-            _, import_s = timed(lambda: [importlib.import_module(m) for m in peer.modules])
-            result = {**measure(peer.batches(job), job.epochs), "import_s": import_s}
-    except Exception as exc:  # the tool's own failure: one line for the table, the log has all
-        traceback.print_exc()
-        result = {"error": f"{type(exc).__name__}: {one_line(exc)}"}
-    result_file.write_text(json.dumps(result))
+            return measure_ceiling(job)
+        _, import_s = timed(lambda: [importlib.import_module(m) for m in peer.modules])
+        return {**measure(peer.batches(job), job.epochs), "import_s": import_s}
+
+    write_child_result(result_file, measure_run)
 
 
 # ---------------------------------------------------------------- converted forms (outside timing)
@@ -445,19 +453,6 @@ def ensure_form(form: str, src: Path, workers: int) -> dict[str, Any]:
 # ---------------------------------------------------------------- running everything
 
 
-@dataclass
-class Outcome:
-    status: str  # "ok", "skipped", "not installed: ...", "failed: ..."
-    runs: list[dict[str, Any]] = field(default_factory=list)
-
-
-def initial_outcome(peer: Peer, skip: set[str]) -> Outcome:
-    if peer.name in skip:
-        return Outcome("skipped")
-    missing = [m for m in peer.modules if find_spec(m) is None]
-    return Outcome(f"not installed ({', '.join(missing)})" if missing else "ok")
-
-
 def prepare_forms(src: Path, workers: int, outcomes: dict[str, Outcome]
                   ) -> dict[str, dict[str, Any]]:
     """Every converted form a tool still in the running reads; a failure fails its readers."""
@@ -466,7 +461,7 @@ def prepare_forms(src: Path, workers: int, outcomes: dict[str, Outcome]
     for form in sorted(wanted):
         try:
             records[form] = ensure_form(form, src, workers)
-        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        except CHILD_FAILURES as exc:
             print(f"failed: {exc}", flush=True)
             for peer in PEERS:
                 if peer.form == form and outcomes[peer.name].status == "ok":
@@ -476,39 +471,19 @@ def prepare_forms(src: Path, workers: int, outcomes: dict[str, Outcome]
     return records
 
 
-def run_once(peer: Peer, job: Job, run_dir: Path) -> dict[str, Any]:
-    argv = [str(Path(__file__).resolve()), "--one", peer.name,
-            "--job", json.dumps(asdict(job)), "--result", str(run_dir / "result.json")]
-    return run_child(argv, run_dir / "result.json", run_dir / "log.txt", CHILD_ENV)
-
-
-def one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300]
-
-
 def run_all(args: argparse.Namespace, forms: dict[str, dict[str, Any]],
             outcomes: dict[str, Outcome]) -> None:
     """`args.repeats` rounds, each running every tool once, so drift spreads over all."""
-    for repeat in range(1, args.repeats + 1):
-        for peer in PEERS:
-            outcome = outcomes[peer.name]
-            if outcome.status != "ok":
-                continue
-            run_dir = fresh_dir(BENCH_DATA / "loader-runs" / f"{peer.name}-{repeat}")
-            job = Job(forms[peer.form]["path"], args.workers, args.epochs)
-            wait_for_quiet(args.settle)
-            print(f"round {repeat}/{args.repeats}: {peer.name} ...", end=" ", flush=True)
-            try:
-                run = run_once(peer, job, run_dir)
-            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:  # it crashed
-                run = {"error": one_line(exc)}
-            if "error" in run:
-                outcome.status = f"failed: {run['error']}"
-                print(f"{outcome.status} (log: {run_dir / 'log.txt'})", flush=True)
-                continue
-            outcome.runs.append(run)
-            print(f"{run['rate']:,.0f} images/s (other work: {run['others_cores']:.2f} cores)",
-                  flush=True)
+    def attempt(name: str, run_dir: Path) -> Record:
+        job = Job(forms[PEERS_BY_NAME[name].form]["path"], args.workers, args.epochs)
+        return run_one(__file__, name, job, run_dir, CHILD_ENV)
+
+    run_rounds(args.repeats, list(PEERS_BY_NAME), outcomes, BENCH_DATA / "loader-runs",
+               args.settle, attempt, progress, brief_failures=True)
+
+
+def progress(_: str, run: Record) -> str:
+    return f"{run['rate']:,.0f} images/s (other work: {run['others_cores']:.2f} cores)"
 
 
 # ---------------------------------------------------------------- the report
@@ -522,12 +497,8 @@ def rate(outcomes: dict[str, Outcome], name: str, key: str = "rate") -> float | 
     return median([r[key] for r in outcome.runs]) or None
 
 
-def _ratio(ours: float | None, theirs: float | None, unit: str = "×") -> str:
-    return f"{ours / theirs:.2f}{unit}" if ours and theirs else "–"
-
-
 def _verdict(value: float, goal: float, unit: str = "×") -> str:
-    return f"goal ≥ {goal:g}{unit}: {'met' if value >= goal else 'NOT met'}"
+    return goal_verdict(goal, value >= goal, unit)
 
 
 def goal_parts(outcomes: dict[str, Outcome], key: str) -> list[str]:
@@ -566,8 +537,8 @@ def table_rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
         start = (f"{median([r['start_s'] for r in outcome.runs]):.1f}"
                  if peer.batches is not None else "")
         per_cpu = rate(outcomes, peer.name, "cpu_rate")
-        rows.append([peer.label, reads, f"{theirs:,.0f}", _ratio(ours, theirs),
-                     _ratio(theirs, ceiling, ""), f"{per_cpu:,.0f}" if per_cpu else "–", start,
+        rows.append([peer.label, reads, f"{theirs:,.0f}", ratio(ours, theirs),
+                     ratio(theirs, ceiling, ""), f"{per_cpu:,.0f}" if per_cpu else "–", start,
                      runs])
     return rows
 
@@ -581,10 +552,6 @@ def epoch_problems(outcomes: dict[str, Outcome], expected: int) -> list[str]:
             notes.append(f"{PEERS_BY_NAME[name].label} delivered {sorted(counts)} images per "
                          f"epoch, not {expected}.")
     return notes
-
-
-def _busiest(outcomes: dict[str, Outcome]) -> float:
-    return max((r["others_cores"] for o in outcomes.values() for r in o.runs), default=0.0)
 
 
 def notes(meta: dict[str, Any], outcomes: dict[str, Outcome]) -> list[str]:
@@ -606,9 +573,9 @@ def notes(meta: dict[str, Any], outcomes: dict[str, Outcome]) -> list[str]:
         "epoch), the price of DALI's reader.",
         *epoch_problems(outcomes, meta["photos"]["count"]),
     ]
-    if _busiest(outcomes) > BUSY_ELSEWHERE:
-        lines.append(f"Warning: other processes used up to {_busiest(outcomes):.1f} cores "
-                     "during some runs; those runs are slower than this machine can do.")
+    warning = busy_warning(outcomes)
+    if warning:
+        lines.append(warning)
     return lines
 
 
@@ -651,9 +618,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if min(args.count, args.workers, args.epochs, args.repeats) < 1:
         parser.error("--count, --workers, --epochs and --repeats must be positive")
-    unknown = set(filter(None, args.skip.split(","))) - set(PEERS_BY_NAME)
-    if unknown:
-        parser.error(f"--skip: unknown {', '.join(sorted(unknown))}")
+    check_skip(parser, args.skip, PEERS_BY_NAME)
     return args
 
 
@@ -672,10 +637,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if child_modes(args):
         return 0
-    skip = set(filter(None, args.skip.split(",")))
-    outcomes = {p.name: initial_outcome(p, skip) for p in PEERS}
-    info = machine()
-    print(f"Machine: {machine_line(info)}", flush=True)
+    skip = skip_names(args.skip)
+    outcomes = {p.name: initial_outcome((p.name,), skip, p.modules) for p in PEERS}
+    info = announce_machine()
     photos = ensure_photos(args.photos, args.count)
     (forms, stats), prep_s = timed(lambda: (prepare_forms(photos, args.workers, outcomes),
                                             photo_stats(photos)))
@@ -683,12 +647,9 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats, "prepare_s": round(prep_s, 1)}
     _, bench_s = timed(lambda: run_all(args, forms, outcomes))
     meta["benchmark_s"] = round(bench_s, 1)
-    report = render(info, meta, outcomes)
-    print("\n" + report)
-    md, js = write_results("loader", report, {
+    publish("loader", render(info, meta, outcomes), {
         "machine": info, "meta": meta, "headline": headline(outcomes),
-        "outcomes": {name: asdict(o) for name, o in outcomes.items()}})
-    print(f"\nsaved {md} and {js} (inputs {prep_s:.0f} s, runs {bench_s:.0f} s)")
+        "outcomes": outcomes_data(outcomes)}, prep_s, bench_s)
     return 0
 
 

@@ -43,25 +43,34 @@ import numpy as np
 from benchmarks.bench_convert import (
     CHILD_ENV,
     TOKENIZER_DIST,
-    WORDS,
-    Outcome,
     _sentence,
     wordpiece_tokenizer,
+    zipf_cumulative,
 )
 from benchmarks.common import (
     BENCH_DATA,
+    announce_machine,
+    build_once,
     cores,
-    fresh_dir,
-    installed,
-    machine,
     machine_line,
     markdown_table,
     median,
-    run_child,
+    publish,
     timed,
-    wait_for_quiet,
+    verdict,
     warm_page_cache,
-    write_results,
+)
+from benchmarks.runs import (
+    Outcome,
+    Record,
+    busy_warning,
+    check_skip,
+    dist_absent,
+    initial_outcome,
+    outcomes_data,
+    run_one,
+    run_rounds,
+    skip_names,
 )
 
 BLOCK = 1024  # nanoGPT's block_size, and the fixed layout's seq_len
@@ -70,21 +79,12 @@ IGNORE = -100
 GOAL_VS_DATASETS = 10.0  # packed real tokens/s over the best `datasets` loader
 GOAL_MEMMAP_RATIO = 2.0  # memmap tokens/s over packed real tokens/s, at most
 GOAL_EFFICIENCY = {"packed": 0.999, "fixed": 0.97, "padded": 0.90}
-BUSY_ELSEWHERE = 0.2  # cores of other work during a run above which the report warns
 # Document lengths in words: log-normal (median 120 words), clipped to [3, 2500]. The cap keeps
 # every document of the bytes tokenizer under 16384 tokens, which layout="padded" needs.
 MEDIAN_WORDS, SIGMA, MIN_WORDS, MAX_WORDS = 120, 1.1, 3, 2500
 
 
 # ---------------------------------------------------------------- the corpus
-
-
-def _zipf_cumulative() -> list[float]:
-    cumulative, total = [], 0.0
-    for rank in range(1, len(WORDS) + 1):
-        total += 1 / rank
-        cumulative.append(total)
-    return cumulative
 
 
 def _document(rng: random.Random, cumulative: list[float]) -> str:
@@ -99,7 +99,7 @@ def _document(rng: random.Random, cumulative: list[float]) -> str:
 
 def write_skewed_corpus(out: Path, megabytes: int, files: int = 4, seed: int = 0) -> None:
     """`files` .txt files, a document a line, log-normal lengths; same arguments, same bytes."""
-    rng, cumulative = random.Random(seed), _zipf_cumulative()
+    rng, cumulative = random.Random(seed), zipf_cumulative()
     per_file = megabytes * 1_000_000 // files
     for index in range(files):
         lines, size = [], 0
@@ -111,11 +111,8 @@ def write_skewed_corpus(out: Path, megabytes: int, files: int = 4, seed: int = 0
 
 def ensure_corpus(megabytes: int) -> Path:
     out = BENCH_DATA / f"text-skewed-{megabytes}MB"
-    if not (out / ".complete").exists():
-        print(f"writing a {megabytes} MB skewed text corpus in {out} ...", flush=True)
-        write_skewed_corpus(fresh_dir(out), megabytes)
-        (out / ".complete").touch()  # a killed build is rebuilt, not benchmarked half-made
-    return out
+    return build_once(out, f"writing a {megabytes} MB skewed text corpus in {out} ...",
+                      lambda into: write_skewed_corpus(into, megabytes))
 
 
 # ---------------------------------------------------------------- tokenized copies (untimed)
@@ -457,40 +454,21 @@ def child_main(kind: str, job_json: str, result_file: Path) -> None:
     result_file.write_text(json.dumps(result))
 
 
-def initial_outcome(variant: Variant, skip: set[str]) -> Outcome:
-    if skip & {variant.name, variant.kind}:
-        return Outcome("skipped")
-    if variant.kind == "datasets" and installed("datasets") is None:
-        return Outcome("not installed (datasets)")
-    return Outcome("ok")
-
-
-def run_once(variant: Variant, job: Job, run_dir: Path) -> dict[str, Any]:
-    argv = [str(Path(__file__).resolve()), "--one", variant.kind,
-            "--job", json.dumps(asdict(job)), "--result", str(run_dir / "result.json")]
-    return run_child(argv, run_dir / "result.json", run_dir / "log.txt", CHILD_ENV)
-
-
 def run_all(args: argparse.Namespace, inputs: Inputs, outcomes: dict[str, Outcome]) -> None:
     """`args.repeats` rounds, each running every loader once, so drift spreads over all."""
-    for repeat in range(1, args.repeats + 1):
-        for variant in VARIANTS:
-            outcome = outcomes[variant.name]
-            if outcome.status != "ok":
-                continue
-            run_dir = fresh_dir(BENCH_DATA / "bench-text" / "runs" / f"{variant.name}-{repeat}")
-            wait_for_quiet(args.settle)
-            print(f"round {repeat}/{args.repeats}: {variant.name} ...", end=" ", flush=True)
-            try:
-                run = run_once(variant, make_job(variant, inputs, args.max_tokens), run_dir)
-            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-                outcome.status = f"failed: {exc}"  # report the loader as failed, go on
-                print(outcome.status, flush=True)
-                continue
-            outcome.runs.append(run)
-            print(f"{run['real_tokens'] / run['epoch_s'] / 1e6:.2f} M real tokens/s, "
-                  f"efficiency {run['real_tokens'] / run['computed_tokens']:.3f} "
-                  f"(other work: {run['others_cores']:.2f} cores)", flush=True)
+    def attempt(name: str, run_dir: Path) -> Record:
+        variant = VARIANTS_BY_NAME[name]
+        job = make_job(variant, inputs, args.max_tokens)
+        return run_one(__file__, variant.kind, job, run_dir, CHILD_ENV)
+
+    run_rounds(args.repeats, list(VARIANTS_BY_NAME), outcomes,
+               BENCH_DATA / "bench-text" / "runs", args.settle, attempt, progress)
+
+
+def progress(_: str, run: Record) -> str:
+    return (f"{run['real_tokens'] / run['epoch_s'] / 1e6:.2f} M real tokens/s, "
+            f"efficiency {run['real_tokens'] / run['computed_tokens']:.3f} "
+            f"(other work: {run['others_cores']:.2f} cores)")
 
 
 # ---------------------------------------------------------------- the report
@@ -518,10 +496,6 @@ def best_datasets(outcomes: dict[str, Outcome]) -> tuple[str, float] | None:
     return max(rates, key=lambda item: item[1]) if rates else None
 
 
-def _verdict(ok: bool) -> str:
-    return "met" if ok else "NOT met"
-
-
 def goals(outcomes: dict[str, Outcome]) -> list[list[str]]:
     """[goal, measured, verdict] for each of the issue's goals that could be measured."""
     rows = []
@@ -529,18 +503,18 @@ def goals(outcomes: dict[str, Outcome]) -> list[list[str]]:
     if packed and base:
         ratio = packed / base[1]
         rows.append([f"packed ≥ {GOAL_VS_DATASETS:g}× datasets ({base[0]}) real tokens/s",
-                     f"{ratio:.1f}×", _verdict(ratio >= GOAL_VS_DATASETS)])
+                     f"{ratio:.1f}×", verdict(ratio >= GOAL_VS_DATASETS)])
     memmap = real_rate(outcomes["memmap"])
     if packed and memmap:
         ratio = memmap / packed
         rows.append([f"memmap / packed ≤ {GOAL_MEMMAP_RATIO:g}", f"{ratio:.2f}",
-                     _verdict(ratio <= GOAL_MEMMAP_RATIO)])
+                     verdict(ratio <= GOAL_MEMMAP_RATIO)])
     for name, floor in GOAL_EFFICIENCY.items():
         if real_rate(outcomes[name]) is not None:
             shown = "1.00" if name == "packed" else f"{floor:.2f}"
             value = efficiency(outcomes[name])
             rows.append([f"{name} padding efficiency ≥ {shown}", f"{value:.3f}",
-                         _verdict(value >= floor)])
+                         verdict(value >= floor)])
     return rows
 
 
@@ -577,10 +551,6 @@ def table_rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
                      f"{outcome.runs[0]['batches']:,}",
                      f"{max(r['others_cores'] for r in outcome.runs):.2f}"])
     return rows
-
-
-def _busiest(outcomes: dict[str, Outcome]) -> float:
-    return max((r["others_cores"] for o in outcomes.values() for r in o.runs), default=0.0)
 
 
 def describe_corpus(inputs: Inputs) -> str:
@@ -636,9 +606,9 @@ def notes(meta: dict[str, Any], outcomes: dict[str, Outcome]) -> list[str]:
     if short:  # every document-aware loader must hand out each corpus token exactly once
         lines.append(f"- Warning: {', '.join(short)} did not deliver the corpus's "
                      f"{meta['tokens']:,} tokens in its epoch; see bench-results/text.json.")
-    if _busiest(outcomes) > BUSY_ELSEWHERE:
-        lines.append(f"- Warning: other processes used up to {_busiest(outcomes):.1f} cores "
-                     "during some runs; those runs are slower than this machine can do.")
+    warning = busy_warning(outcomes)
+    if warning:
+        lines.append(f"- {warning}")
     return lines
 
 
@@ -663,10 +633,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if min(args.corpus_mb, args.repeats) < 1 or args.max_tokens < BLOCK:
         parser.error(f"--corpus-mb and --repeats must be positive, --max-tokens >= {BLOCK}")
-    unknown = set(filter(None, args.skip.split(","))) - set(VARIANTS_BY_NAME) - \
-        {"datasets", "datapipe"}
-    if unknown:
-        parser.error(f"--skip: unknown {', '.join(sorted(unknown))}")
+    check_skip(parser, args.skip, [*VARIANTS_BY_NAME, "datasets", "datapipe"])
     return args
 
 
@@ -677,10 +644,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for key, value in CHILD_ENV.items():  # `datasets` must not reach the Hub here either
         os.environ.setdefault(key, value)
-    skip = set(filter(None, args.skip.split(",")))
-    outcomes = {v.name: initial_outcome(v, skip) for v in VARIANTS}
-    info = machine()
-    print(f"Machine: {machine_line(info)}", flush=True)
+    skip = skip_names(args.skip)
+    outcomes = {v.name: initial_outcome((v.name, v.kind), skip,
+                                        ("datasets",) if v.kind == "datasets" else (),
+                                        dist_absent) for v in VARIANTS}
+    info = announce_machine()
     want_hf = any(outcomes[v.name].status == "ok" for v in VARIANTS if v.kind == "datasets")
     inputs, prep_s = timed(lambda: prepare(args, want_hf))
     _, bench_s = timed(lambda: run_all(args, inputs, outcomes))
@@ -688,13 +656,10 @@ def main(argv: list[str] | None = None) -> int:
             "prepare_s": round(prep_s, 1),
             "benchmark_s": round(bench_s, 1),
             "datasets_batch_size": make_job(VARIANTS[0], inputs, args.max_tokens).batch_size}
-    report = render(info, meta, inputs, outcomes)
-    print("\n" + report)
-    md, js = write_results("text", report, {
+    publish("text", render(info, meta, inputs, outcomes), {
         "machine": info, "meta": meta, "inputs": asdict(inputs),
         "headline": headline(goals(outcomes)), "goals": goals(outcomes),
-        "outcomes": {name: asdict(o) for name, o in outcomes.items()}})
-    print(f"\nsaved {md} and {js} (inputs {prep_s:.0f} s, runs {bench_s:.0f} s)")
+        "outcomes": outcomes_data(outcomes)}, prep_s, bench_s)
     return 0
 
 

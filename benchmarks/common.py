@@ -102,6 +102,13 @@ def machine_line(info: dict[str, Any]) -> str:
             f"Python {info['python']}, PIL: {info['pil']}")
 
 
+def announce_machine() -> dict[str, Any]:
+    """machine(), after printing it as a benchmark's first line."""
+    info = machine()
+    print(f"Machine: {machine_line(info)}", flush=True)
+    return info
+
+
 # ---------------------------------------------------------------- files and processes
 
 
@@ -111,6 +118,18 @@ def fresh_dir(path: Path) -> Path:
         shutil.rmtree(path)
     path.mkdir(parents=True)
     return path
+
+
+def build_once(out: Path, message: str, build: Callable[[Path], None]) -> Path:
+    """`out`, filled by build(out) in a fresh directory unless a finished build is there.
+
+    The `.complete` marker is written last, so a killed build is rebuilt, not measured
+    half-made; `message` is printed before building."""
+    if not (out / ".complete").exists():
+        print(message, flush=True)
+        build(fresh_dir(out))
+        (out / ".complete").touch()
+    return out
 
 
 def tree_bytes(path: Path) -> int:
@@ -220,9 +239,32 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
+def ratio(ours: float | None, theirs: float | None, unit: str = "×") -> str:
+    """ours / theirs to two decimals with `unit`, or "–" when either is missing or zero."""
+    return f"{ours / theirs:.2f}{unit}" if ours and theirs else "–"
+
+
+def verdict(ok: bool) -> str:
+    """A goal's verdict: "met" or "NOT met"."""
+    return "met" if ok else "NOT met"
+
+
+def goal_verdict(goal: float, ok: bool, unit: str = "×") -> str:
+    """"goal ≥ 2×: met", for a goal that a measured value must reach."""
+    return f"goal ≥ {goal:g}{unit}: {verdict(ok)}"
+
+
 def write_results(stem: str, markdown: str, data: dict[str, Any]) -> tuple[Path, Path]:
     BENCH_RESULTS.mkdir(parents=True, exist_ok=True)
     md, js = BENCH_RESULTS / f"{stem}.md", BENCH_RESULTS / f"{stem}.json"
     md.write_text(markdown + "\n")
     js.write_text(json.dumps(data, indent=2) + "\n")
     return md, js
+
+
+def publish(stem: str, report: str, data: dict[str, Any], prepare_s: float,
+            bench_s: float) -> None:
+    """Print the report, save it and `data` as bench-results/STEM.md and .json, say where."""
+    print("\n" + report)
+    md, js = write_results(stem, report, data)
+    print(f"\nsaved {md} and {js} (inputs {prepare_s:.0f} s, runs {bench_s:.0f} s)")

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from benchmarks import bench_gpu
-from benchmarks.bench_loader import Outcome
+from benchmarks.runs import Outcome
 from tests.conftest import convert
 from tests.imagegen import make_image_folder
 
