@@ -57,14 +57,19 @@ class UtilizationSampler:
         if handle is not None:
             threading.Thread(target=self._run, daemon=True, name="datapipe-nvml").start()
 
+    _nvml_missing = False  # NVML failed once in this process: do not dlopen it again
+
     @classmethod
     def create(cls) -> UtilizationSampler:
+        if cls._nvml_missing:
+            return cls()
         try:
             import pynvml
 
             pynvml.nvmlInit()
             return cls(pynvml.nvmlDeviceGetHandleByIndex(0), pynvml)
         except Exception:
+            cls._nvml_missing = True
             return cls()
 
     def _run(self) -> None:

@@ -50,6 +50,7 @@ class Profiler:
         self._utilization = UtilizationSampler.create()
         self._finished = False
         self._probes_done = False
+        self._results: dict[str, Any] | None = None
 
     # --- the loop side -----------------------------------------------------------------
 
@@ -146,9 +147,12 @@ class Profiler:
         return self.recording
 
     def results(self) -> dict[str, Any]:
-        from datapipe.profiling.analysis import analyse
+        """Statistics and verdict; computed once, after the loop has finished."""
+        if self._results is None:
+            from datapipe.profiling.analysis import analyse
 
-        return analyse(self.finish(), self.settings)
+            self._results = analyse(self.finish(), self.settings)
+        return self._results
 
     def report(self) -> str:
         from datapipe.profiling.report import render_text
@@ -156,6 +160,10 @@ class Profiler:
         return render_text(self.results())
 
     def save(self) -> None:
+        """Write the files asked for (none: nothing is computed)."""
+        if not (self.settings.report or self.settings.trace or self.settings.html):
+            self.finish()
+            return
         from datapipe.profiling.report import save_outputs
 
         save_outputs(self.finish(), self.results(), self.settings)
