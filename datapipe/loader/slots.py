@@ -26,6 +26,10 @@ import numpy as np
 import torch
 
 SHARED_MEMFD = hasattr(os, "memfd_create")
+# A worker writes every page of a new buffer: one write fault per 4 KB page (35 ms for a 38 MB
+# batch on a 2-core VM) unless the pages are mapped in one call when the buffer arrives (24 ms).
+# The consumer only reads, where the kernel maps pages 16 at a fault: nothing to gain there.
+_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
 @dataclass
@@ -156,7 +160,7 @@ class WorkerSlots:
                 (sent_id,) = _SLOT_ID.unpack(data)
                 if sent_id != ref.id or len(fds) != 1:
                     raise RuntimeError(f"expected slot {ref.id}, received {sent_id}")
-                buffer = mmap.mmap(fds[0], ref.nbytes)
+                buffer = mmap.mmap(fds[0], ref.nbytes, flags=_MAP_FLAGS)
             finally:
                 for fd in fds:
                     os.close(fd)
