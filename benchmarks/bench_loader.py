@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Loader throughput, side by side on one machine, one set of photos and one job.
 
-    .venv/bin/python benchmarks/bench_loader.py [--photos DIR] [--workers 2] [--epochs 2]
-                                                [--repeats 3] [--skip dali,litdata]
+    .venv/bin/python benchmarks/bench_loader.py [--photos DIR] [--workers 2] [--warmup 1]
+                                                [--epochs 2] [--repeats 3] [--skip dali]
 
 The job, for every tool: decode, random-resized crop to 224 (area 0.08-1, log-uniform aspect
 3/4-4/3, ten tries then a centre crop), random horizontal flip, uint8 batches of 256 shaped
@@ -18,9 +18,11 @@ The job, for every tool: decode, random-resized crop to 224 (area 0.08-1, log-un
 
 The three converted forms hold the same JPEG bytes (datapipe's own resize + re-encode), so
 they pay the same decode; they are made once, before and outside any timing, and reused by
-later runs. Every run is a fresh Python process; it iterates --epochs whole epochs, and the
-clock starts when the first batch arrives (the time to it is reported as start-up). Runs of
-the different tools are interleaved, one at a time. Prints a Markdown table and saves it to
+later runs. Every run is a fresh Python process; it iterates --warmup epochs, then --epochs
+measured ones: the clock runs from the warm-up's last batch to the last batch, as the ceiling
+is measured with its pool warm. The time to the first batch is reported as start-up, and the
+first epoch's images/s beside the steady figure. Runs of the different tools are interleaved,
+one at a time. Prints a Markdown table and saves it to
 bench-results/loader.md and .json.
 """
 
@@ -102,8 +104,13 @@ class Job:
 
     data: str  # the photo folder or the tool's converted form
     workers: int
-    epochs: int
+    epochs: int  # measured, after the warm-up ones
+    warmup: int = 1
     seed: int = 0
+
+    @property
+    def total_epochs(self) -> int:
+        return self.warmup + self.epochs
 
 
 Batches = Iterator[tuple[int, "torch.Tensor"]]  # (epoch, uint8 N x 3 x H x W images)
@@ -188,7 +195,7 @@ def torch_batches(job: Job) -> Batches:
 
     loader = DataLoader(JpegFolder(job.data), batch_size=BATCH, shuffle=True,
                         num_workers=job.workers, persistent_workers=True)
-    for epoch in range(job.epochs):
+    for epoch in range(job.total_epochs):
         for images, _ in loader:
             yield epoch, images
 
@@ -219,7 +226,7 @@ def dali_batches(job: Job) -> Batches:
 
     pipe = dali_pipeline(job)
     per_epoch = pipe.epoch_size("reader")
-    for epoch in range(job.epochs):
+    for epoch in range(job.total_epochs):
         for start in range(0, per_epoch, BATCH):
             (images,) = pipe.run()
             # np.array copies: DALI reuses its output buffers on the next run.
@@ -236,7 +243,7 @@ def webdataset_batches(job: Job) -> Batches:
                .map_tuple(crop_flip, int).batched(BATCH))
     loader = wds.WebLoader(dataset, batch_size=None, num_workers=job.workers,
                            persistent_workers=True)
-    for epoch in range(job.epochs):
+    for epoch in range(job.total_epochs):
         for images, _ in loader:
             yield epoch, images
 
@@ -247,7 +254,7 @@ def litdata_batches(job: Job) -> Batches:
     dataset = StreamingDataset(job.data, shuffle=True, seed=job.seed, transform=litdata_sample)
     loader = StreamingDataLoader(dataset, batch_size=BATCH, num_workers=job.workers,
                                  persistent_workers=True)
-    for epoch in range(job.epochs):
+    for epoch in range(job.total_epochs):
         for images, _ in loader:
             yield epoch, images
 
@@ -258,7 +265,7 @@ def datapipe_batches(job: Job, decode: str) -> Batches:
     transform = dp.image.RandomResizedCrop(CROP) | dp.image.HorizontalFlip()
     with dp.Loader(job.data, batch_size=BATCH, shuffle=True, seed=job.seed,
                    num_workers=job.workers, decode=decode, transform=transform) as loader:
-        for epoch in range(job.epochs):
+        for epoch in range(job.total_epochs):
             for batch in loader:
                 yield epoch, batch["image"]
 
@@ -273,24 +280,33 @@ def check_batch(images: torch.Tensor) -> None:
                            f"expected {shape} torch.uint8")
 
 
-def measure(batches: Batches, epochs: int) -> dict[str, Any]:
-    """Images/s, and images per CPU-second of the whole process tree, over all batches after
-    the first. Both clocks stop when the last batch arrives: shutting the tool's workers down
-    afterwards is not counted."""
+def measure(batches: Batches, job: Job) -> dict[str, Any]:
+    """Images/s, and images per CPU-second of the whole process tree, over the epochs after
+    the warm-up: the clock starts when the warm-up's last batch arrives (with no warm-up, at
+    the first batch, which is then not counted) and stops when the last batch arrives, so
+    shutting the tool's workers down is not counted. Also the first epoch's own images/s,
+    from its first batch on: what a job too short to warm up sees."""
     started = time.perf_counter()
-    per_epoch = [0] * epochs
-    first = clock = last = cpu_start = cpu_last = 0.0
+    per_epoch = [0] * job.total_epochs
+    arrivals: list[tuple[int, float, float]] = []  # (epoch, seconds, tree CPU seconds)
     for epoch, images in batches:
-        last, cpu_last = time.perf_counter(), tree_cpu_seconds()
-        if not clock:
+        if not arrivals:
             check_batch(images)
-            clock, cpu_start, first = last, cpu_last, len(images)
+        arrivals.append((epoch, time.perf_counter(), tree_cpu_seconds()))
         per_epoch[epoch] += len(images)
-    images = sum(per_epoch) - first
-    seconds, cpu = last - clock, cpu_last - cpu_start
-    return {"images": images, "seconds": seconds, "rate": images / seconds if seconds else 0.0,
-            "cpu_s": cpu, "cpu_rate": images / cpu if cpu else 0.0,
-            "start_s": clock - started, "epoch_images": per_epoch}
+    first_size = min(BATCH, per_epoch[0])
+    # The clock starts at the arrival before the first measured batch.
+    start = max(0, next(i for i, a in enumerate(arrivals) if a[0] >= job.warmup) - 1)
+    measured = sum(per_epoch[job.warmup:]) - (0 if job.warmup else first_size)
+    seconds = arrivals[-1][1] - arrivals[start][1]
+    cpu = arrivals[-1][2] - arrivals[start][2]
+    first_epoch_s = max(a[1] for a in arrivals if a[0] == 0) - arrivals[0][1]
+    return {"images": measured, "seconds": seconds,
+            "rate": measured / seconds if seconds > 0 else 0.0,
+            "cpu_s": cpu, "cpu_rate": measured / cpu if cpu > 0 else 0.0,
+            "first_epoch_rate": ((per_epoch[0] - first_size) / first_epoch_s
+                                 if first_epoch_s > 0 else 0.0),
+            "start_s": arrivals[0][1] - started, "epoch_images": per_epoch}
 
 
 def measure_ceiling(job: Job) -> dict[str, Any]:
@@ -355,7 +371,7 @@ def child_main(name: str, job_json: str, result_file: Path) -> None:
         if peer.batches is None:
             return measure_ceiling(job)
         _, import_s = timed(lambda: [importlib.import_module(m) for m in peer.modules])
-        return {**measure(peer.batches(job), job.epochs), "import_s": import_s}
+        return {**measure(peer.batches(job), job), "import_s": import_s}
 
     write_child_result(result_file, measure_run)
 
@@ -475,7 +491,8 @@ def run_all(args: argparse.Namespace, forms: dict[str, dict[str, Any]],
             outcomes: dict[str, Outcome]) -> None:
     """`args.repeats` rounds, each running every tool once, so drift spreads over all."""
     def attempt(name: str, run_dir: Path) -> Record:
-        job = Job(forms[PEERS_BY_NAME[name].form]["path"], args.workers, args.epochs)
+        job = Job(forms[PEERS_BY_NAME[name].form]["path"], args.workers, args.epochs,
+                  args.warmup)
         return run_one(__file__, name, job, run_dir, CHILD_ENV)
 
     run_rounds(args.repeats, list(PEERS_BY_NAME), outcomes, BENCH_DATA / "loader-runs",
@@ -531,15 +548,16 @@ def table_rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
         outcome, theirs = outcomes[peer.name], rate(outcomes, peer.name)
         reads = FORM_LABELS[peer.form]
         if theirs is None:
-            rows.append([peer.label, reads, outcome.status, "", "", "", "", ""])
+            rows.append([peer.label, reads, outcome.status, "", "", "", "", "", ""])
             continue
         runs = " / ".join(f"{r['rate']:,.0f}" for r in outcome.runs)
-        start = (f"{median([r['start_s'] for r in outcome.runs]):.1f}"
-                 if peer.batches is not None else "")
+        loader = peer.batches is not None  # the ceiling has no epochs or start-up
+        start = f"{median([r['start_s'] for r in outcome.runs]):.1f}" if loader else ""
+        first_epoch = rate(outcomes, peer.name, "first_epoch_rate") if loader else None
         per_cpu = rate(outcomes, peer.name, "cpu_rate")
         rows.append([peer.label, reads, f"{theirs:,.0f}", ratio(ours, theirs),
-                     ratio(theirs, ceiling, ""), f"{per_cpu:,.0f}" if per_cpu else "–", start,
-                     runs])
+                     ratio(theirs, ceiling, ""), f"{per_cpu:,.0f}" if per_cpu else "–",
+                     f"{first_epoch:,.0f}" if first_epoch else "", start, runs])
     return rows
 
 
@@ -561,7 +579,9 @@ def notes(meta: dict[str, Any], outcomes: dict[str, Outcome]) -> list[str]:
                      if name != "photos")
     lines = [
         "Start-up s: from creating the loader to its first batch (workers, DALI build, "
-        "shard index; imports excluded). ÷ ceiling: the tool's images/s over the ceiling's. "
+        "shard index; imports excluded). First epoch images/s: the first epoch alone, from "
+        "its first batch on (buffers being made, pages and caches still cold). ÷ ceiling: "
+        "the tool's images/s over the ceiling's. "
         "images/CPU-s: images per CPU-second of the tool's whole process tree (workers, "
         "threads) over the same batches; unlike images/s it hardly changes when other work "
         "takes cores, but it does not show a tool that leaves cores idle.",
@@ -579,6 +599,14 @@ def notes(meta: dict[str, Any], outcomes: dict[str, Outcome]) -> list[str]:
     return lines
 
 
+def clocked(meta: dict[str, Any]) -> str:
+    """How each run was clocked, for the report."""
+    if not meta["warmup"]:
+        return f"{meta['epochs']} epochs, clocked from its first batch"
+    return (f"{meta['warmup']} warm-up and {meta['epochs']} measured epochs, clocked from the "
+            "warm-up's last batch")
+
+
 def render(info: dict[str, Any], meta: dict[str, Any], outcomes: dict[str, Outcome]) -> str:
     photos = meta["photos"]
     return "\n".join([
@@ -588,9 +616,10 @@ def render(info: dict[str, Any], meta: dict[str, Any], outcomes: dict[str, Outco
         f"{photos['min_short_side']}-{photos['max_short_side']} px) → random-resized crop "
         f"{CROP} + horizontal flip → uint8 batches of {BATCH}, {meta['workers']} workers. "
         f"Each figure: median of {meta['repeats']} runs, each a fresh process iterating "
-        f"{meta['epochs']} epochs, clocked from its first batch.", "",
+        f"{clocked(meta)}.", "",
         markdown_table(["tool", "reads", "images/s", "datapipe ÷ tool", "÷ ceiling",
-                        "images/CPU-s", "start-up s", "runs images/s"], table_rows(outcomes)),
+                        "images/CPU-s", "first epoch images/s", "start-up s",
+                        "runs images/s"], table_rows(outcomes)),
         "", *[f"- {line}" for line in notes(meta, outcomes)],
     ])
 
@@ -606,7 +635,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--count", type=int, default=2000, help="photos to make without --photos (2000)")
     add("--workers", type=int, default=cores(), help="processes or threads per tool "
         "(all cores)")
-    add("--epochs", type=int, default=2, help="epochs per run (2)")
+    add("--warmup", type=int, default=1, help="epochs per run before the clock starts (1)")
+    add("--epochs", type=int, default=2, help="measured epochs per run, after the warm-up (2)")
     add("--repeats", type=int, default=3, help="runs per tool; the median counts (3)")
     add("--settle", type=float, default=10.0, help="wait up to this many seconds for other "
         "work on the machine to stop before each run (10)")
@@ -616,8 +646,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--job", help=argparse.SUPPRESS)
     add("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if min(args.count, args.workers, args.epochs, args.repeats) < 1:
-        parser.error("--count, --workers, --epochs and --repeats must be positive")
+    if min(args.count, args.workers, args.epochs, args.repeats) < 1 or args.warmup < 0:
+        parser.error("--count, --workers, --epochs and --repeats must be positive, --warmup "
+                     "zero or more")
     check_skip(parser, args.skip, PEERS_BY_NAME)
     return args
 
@@ -643,8 +674,8 @@ def main(argv: list[str] | None = None) -> int:
     photos = ensure_photos(args.photos, args.count)
     (forms, stats), prep_s = timed(lambda: (prepare_forms(photos, args.workers, outcomes),
                                             photo_stats(photos)))
-    meta = {"photos": stats, "forms": forms, "workers": args.workers, "epochs": args.epochs,
-            "repeats": args.repeats, "prepare_s": round(prep_s, 1)}
+    meta = {"photos": stats, "forms": forms, "workers": args.workers, "warmup": args.warmup,
+            "epochs": args.epochs, "repeats": args.repeats, "prepare_s": round(prep_s, 1)}
     _, bench_s = timed(lambda: run_all(args, forms, outcomes))
     meta["benchmark_s"] = round(bench_s, 1)
     publish("loader", render(info, meta, outcomes), {
