@@ -11,6 +11,7 @@ the profiler's demo:
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import torch
@@ -43,12 +44,12 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    device = torch.device(args.device)
-    dtype = "bfloat16" if device.type == "cuda" else "float32"
+    on_gpu = args.device.startswith("cuda")
     transform = (dp.image.RandomResizedCrop(args.crop) | dp.image.HorizontalFlip()
-                 | dp.image.Normalize(dtype=dtype))
+                 | dp.image.Normalize(dtype="bfloat16" if on_gpu else "float32"))
     loader = dp.Loader(args.shards, batch_size=args.batch_size, num_workers=args.workers,
-                       decode=args.decode, transform=transform, device=device, seed=0)
+                       decode=args.decode, transform=transform, device=args.device, seed=0)
+    device = loader.device
     classes = len(dp.Dataset(args.shards).manifest.classes or ()) or 1000
     model = small_cnn(classes).to(device, memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -74,4 +75,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except dp.DatapipeError as exc:  # a bad argument or dataset: one line, not a traceback
+        sys.exit(f"train_images.py: error: {exc}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 
 import torch
@@ -81,9 +82,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    device = torch.device(args.device)
     loader = dp.TokenLoader(args.tokens, max_tokens=args.max_tokens, layout="packed",
-                            pad_to_multiple_of=8, device=device)
+                            pad_to_multiple_of=8, device=args.device)
+    device = loader.device
     vocab = dp.Dataset(args.tokens).manifest.tokenizer["vocab_size"]
     model = TinyLM(vocab, max_positions=args.max_tokens).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -110,4 +111,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except dp.DatapipeError as exc:  # a bad argument or dataset: one line, not a traceback
+        sys.exit(f"train_text.py: error: {exc}")

@@ -7,9 +7,26 @@ from typing import Any
 
 import torch
 
+from datapipe.errors import ArgumentError
+
 
 def resolve_device(device: str | torch.device) -> torch.device:
-    return torch.device(device)
+    """The loader's `device` argument, checked now rather than at the first batch."""
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ArgumentError(f"device {device!r} is not a torch device name such as 'cpu', "
+                            "'cuda' or 'cuda:1'") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ArgumentError(f"device {str(device)!r}: torch {torch.__version__} sees no "
+                                "CUDA device; use device='cpu'")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ArgumentError(f"device {str(device)!r}: only {torch.cuda.device_count()} "
+                                "CUDA device(s)")
+    elif resolved.type != "cpu":
+        raise ArgumentError(f"device {str(device)!r}: the loader delivers to 'cpu' or 'cuda'")
+    return resolved
 
 
 def pin_if_cuda(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

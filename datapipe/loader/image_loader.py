@@ -21,6 +21,7 @@ from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import pin_if_cuda, prefetch_to_device, resolve_device
 from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
+from datapipe.loader.progress_state import check_counter
 from datapipe.sampling.order import EpochPlan
 from datapipe.system import available_cores
 
@@ -55,6 +56,7 @@ class Loader(LoaderBase):
         if prefetch < 1:
             raise ArgumentError(f"prefetch must be >= 1, got {prefetch}")
         self.path = Path(path)
+        seed = check_counter("seed", seed)
         self.batch_size, self.shuffle, self.seed, self.drop_last = (batch_size, shuffle, seed,
                                                                     drop_last)
         self.num_workers = available_cores() if num_workers is None else num_workers

@@ -10,6 +10,13 @@ from datapipe.errors import ArgumentError
 STATE_VERSION = 1
 
 
+def check_counter(name: str, value: Any) -> int:
+    """A seed or an epoch: a non-negative integer (NumPy integers too), as an int."""
+    if isinstance(value, bool) or not hasattr(value, "__index__") or value.__index__() < 0:
+        raise ArgumentError(f"{name} must be a non-negative integer, got {value!r}")
+    return value.__index__()
+
+
 @dataclass
 class LoaderPosition:
     """Order is a pure function of (seed, epoch, rank, world size), so a position is enough."""
@@ -20,6 +27,7 @@ class LoaderPosition:
     epoch_named: bool = field(default=False, compare=False)
 
     def set_epoch(self, epoch: int) -> None:
+        epoch = check_counter("epoch", epoch)
         if epoch != self.epoch:
             self.epoch, self.batches_done, self.epoch_finished = epoch, 0, False
         self.epoch_named = True

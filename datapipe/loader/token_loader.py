@@ -18,6 +18,7 @@ from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import prefetch_to_device, resolve_device
 from datapipe.loader.distributed import resolve_rank
+from datapipe.loader.progress_state import check_counter
 from datapipe.loader.token_batches import TokenBatchBuilder
 from datapipe.sampling.order import epoch_permutation
 from datapipe.sampling.tokens import (
@@ -74,6 +75,7 @@ class TokenLoader(LoaderBase):
                  pack_window: int = 16384) -> None:
         super().__init__()
         self.path = Path(path)
+        seed = check_counter("seed", seed)
         self.layout, self.seq_len, self.shuffle, self.seed = layout, seq_len, shuffle, seed
         self.max_tokens, self.batch_size = max_tokens, batch_size
         self.pad_to_multiple_of, self.batch_multiple_of = pad_to_multiple_of, batch_multiple_of

@@ -14,7 +14,7 @@ from datapipe.errors import ArgumentError, DataError
 from datapipe.format import Dataset
 from tests.conftest import convert
 from tests.imagegen import make_image_folder
-from tests.loader.helpers import check_resume_at_every_step, indices_of
+from tests.loader.helpers import check_resume_at_every_step, indices_of, same_batch
 
 CROP = dp.image.RandomResizedCrop(32) | dp.image.HorizontalFlip()
 
@@ -113,6 +113,39 @@ def test_state_from_other_settings_is_refused(shards: Path) -> None:
     with dp.Loader(shards, batch_size=5, num_workers=0, transform=CROP) as other, \
             pytest.raises(ArgumentError, match="batch_size"):
         other.load_state_dict(state)
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"device": "tpu"}, "device 'tpu' is not a torch device"),
+    ({"device": "mps"}, "delivers to 'cpu' or 'cuda'"),
+    ({"seed": -1}, "seed must be a non-negative integer"),
+    ({"seed": "7"}, "seed must be a non-negative integer"),
+    ({"seed": 1.5}, "seed must be a non-negative integer"),
+])
+def test_bad_arguments_fail_at_construction(shards: Path, arguments: dict, message: str) -> None:
+    with pytest.raises(ArgumentError, match=message):
+        dp.Loader(shards, num_workers=0, transform=CROP, **arguments)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without CUDA")
+def test_cuda_without_a_device_fails_at_construction(shards: Path) -> None:
+    with pytest.raises(ArgumentError, match="sees no CUDA device"):
+        dp.Loader(shards, num_workers=0, transform=CROP, device="cuda")
+
+
+@pytest.mark.parametrize("epoch", [-1, "1", 0.5])
+def test_bad_epoch_is_refused(shards: Path, epoch: object) -> None:
+    with dp.Loader(shards, num_workers=0, transform=CROP) as loader, \
+            pytest.raises(ArgumentError, match="epoch must be a non-negative integer"):
+        loader.set_epoch(epoch)
+
+
+def test_numpy_integers_are_accepted_as_seed_and_epoch(shards: Path) -> None:
+    with dp.Loader(shards, batch_size=4, num_workers=0, transform=CROP, seed=np.int64(3)) as a, \
+            dp.Loader(shards, batch_size=4, num_workers=0, transform=CROP, seed=3) as b:
+        a.set_epoch(np.int64(2))
+        b.set_epoch(2)
+        assert all(same_batch(x, y) for x, y in zip(a, b, strict=True))
 
 
 def test_center_crop_and_normalize(shards: Path) -> None:

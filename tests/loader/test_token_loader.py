@@ -209,6 +209,10 @@ def test_errors_are_clear(corpus: Path, tmp_path: Path) -> None:
         dp.TokenLoader(corpus, max_tokens=64, layout="fixed", seq_len=128)
     with pytest.raises(ArgumentError, match="layout"):
         dp.TokenLoader(corpus, max_tokens=64, layout="ragged")
+    with pytest.raises(ArgumentError, match="seed must be a non-negative integer"):
+        dp.TokenLoader(corpus, max_tokens=512, seed=-2)
+    with pytest.raises(ArgumentError, match="is not a torch device"):
+        dp.TokenLoader(corpus, max_tokens=512, device="gpu0")
     other = tmp_path / "tokenizer.json"
     other.write_text("{}")
     with pytest.raises(DataError, match="tokenized with 'bytes'"):
