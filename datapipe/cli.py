@@ -236,12 +236,13 @@ def verify_cmd(dataset: Path) -> None:
 
 @cli.command("bench", context_settings=CONTEXT)
 @click.argument("dataset", type=click.Path(path_type=Path))
-@click.option("--batch-size", default=256, show_default=True, type=int)
-@click.option("--workers", default=0, type=int, help="Worker processes; 0 = all cores.")
+@click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1))
+@click.option("--workers", default=0, type=click.IntRange(min=0),
+              help="Worker processes; 0 = all cores.")
 @click.option("--decode", type=click.Choice(["cpu", "dali"]), default="cpu", show_default=True)
-@click.option("--crop", default=224, show_default=True, type=int,
+@click.option("--crop", default=224, show_default=True, type=click.IntRange(min=1),
               help="RandomResizedCrop size (with a random horizontal flip).")
-@click.option("--epochs", default=2, show_default=True, type=int)
+@click.option("--epochs", default=2, show_default=True, type=click.IntRange(min=1))
 @click.option("--ceiling", is_flag=True,
               help="Also measure plain decode of every stored image on all workers.")
 def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: int, epochs: int,
@@ -253,6 +254,10 @@ def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: i
     workers = workers or available_cores()
     result = bench_loader(dataset, batch_size=batch_size, num_workers=workers, decode=decode,
                           crop=crop, epochs=epochs)
+    if result.batches == 0:  # the clock starts after the first batch
+        raise ArgumentError(f"{dataset}: {epochs} epoch(s) of batch {batch_size} make at "
+                            "most one batch, and the clock starts after the first; give more "
+                            "--epochs or a smaller --batch-size")
     click.echo(f"{result.samples_per_second:,.0f} samples/s ({result.samples:,} samples in "
                f"{result.batches} batches, {result.seconds:.2f} s; first batch after "
                f"{result.first_batch_seconds:.2f} s) with decode={decode}, {workers} workers, "

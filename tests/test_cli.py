@@ -56,3 +56,28 @@ def test_cli_process_prints_no_traceback_for_user_mistakes(tmp_path: Path) -> No
 def test_doctor_names_the_pil_build(cli) -> None:
     result = cli("doctor")
     assert result.code == 0 and result.out.startswith("PIL: pillow")
+
+
+def test_bench_prints_samples_per_second_and_the_ceiling(cli, image_folder: Path,
+                                                        tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert cli("convert", "images", image_folder, out).code == 0
+    result = cli("bench", out, "--batch-size", "4", "--workers", "1", "--crop", "32",
+                 "--epochs", "2", "--ceiling")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    # 2 epochs of 15 samples in batches of 4: 8 batches, the first one not timed.
+    assert " samples/s (26 samples in 7 batches" in lines[0]
+    assert "RandomResizedCrop(32)" in lines[0]
+    assert lines[1].startswith("decode-only ceiling: ") and "loader at " in lines[1]
+
+
+def test_bench_refuses_what_it_cannot_time(cli, image_folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert cli("convert", "images", image_folder, out).code == 0
+    for args, message in [(["--epochs", "0"], "'--epochs'"), (["--workers", "-1"], "'--workers'"),
+                          (["--batch-size", "100", "--epochs", "1"], "at most one batch")]:
+        result = cli("bench", out, "--crop", "32", *args)
+        assert result.code == 2 and message in result.err and "Traceback" not in result.err
+    missing = cli("bench", tmp_path / "nowhere")
+    assert missing.code != 0 and "no such dataset directory" in missing.err
