@@ -22,9 +22,12 @@ class BenchResult:
 
 
 def bench_loader(path: str | Path, *, batch_size: int, num_workers: int, decode: str,
-                 crop: int, epochs: int, seed: int = 0) -> BenchResult:
-    """Iterate `epochs` epochs; the clock starts after the first batch (start-up is reported
-    separately as `first_batch_seconds`)."""
+                 crop: int, epochs: int, seed: int = 0, batches: int = 0) -> BenchResult:
+    """Iterate `epochs` epochs, or with `batches`, as many as it takes to time that many
+    batches; the clock starts after the first batch (start-up is reported separately as
+    `first_batch_seconds`)."""
+    import itertools
+
     import datapipe as dp
 
     transform = dp.image.RandomResizedCrop(crop) | dp.image.HorizontalFlip()
@@ -32,17 +35,22 @@ def bench_loader(path: str | Path, *, batch_size: int, num_workers: int, decode:
     started = time.perf_counter()
     with dp.Loader(path, batch_size=batch_size, num_workers=num_workers, decode=decode,
                    transform=transform, seed=seed) as loader:
-        samples, batches, first, clock = 0, 0, None, None
-        for _ in range(epochs):
+        samples, timed, first, clock = 0, 0, None, None
+        for epoch in itertools.count() if batches else range(epochs):
+            loader.set_epoch(epoch)
             for batch in loader:
                 if first is None:
                     first = time.perf_counter() - started
                     clock = time.perf_counter()
                     continue
                 samples += int(batch["image"].shape[0])
-                batches += 1
+                timed += 1
+                if timed == batches:
+                    break
+            if batches and (timed == batches or len(loader) == 0):
+                break
         elapsed = time.perf_counter() - clock if clock else 0.0
-    return BenchResult(samples, elapsed, first or 0.0, batches)
+    return BenchResult(samples, elapsed, first or 0.0, timed)
 
 
 def decode_ceiling(path: str | Path, workers: int, limit: int | None = None) -> float:

@@ -243,17 +243,21 @@ def verify_cmd(dataset: Path) -> None:
 @click.option("--crop", default=224, show_default=True, type=click.IntRange(min=1),
               help="RandomResizedCrop size (with a random horizontal flip).")
 @click.option("--epochs", default=2, show_default=True, type=click.IntRange(min=1))
+@click.option("--batches", default=0, type=click.IntRange(min=0),
+              help="Time this many batches (after the first), over as many epochs as that "
+              "takes, instead of whole --epochs: a quick figure on a large dataset.")
 @click.option("--ceiling", is_flag=True,
-              help="Also measure plain decode of every stored image on all workers.")
+              help="Also measure plain decode of every stored image on all workers (with "
+              "--batches, of as many as the loader delivered).")
 def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: int, epochs: int,
-              ceiling: bool) -> None:
+              batches: int, ceiling: bool) -> None:
     """Measure the loader's samples/s on DATASET with these settings."""
     from datapipe.bench import bench_loader, ceiling_decoder, decode_ceiling
     from datapipe.system import available_cores
 
     workers = workers or available_cores()
     result = bench_loader(dataset, batch_size=batch_size, num_workers=workers, decode=decode,
-                          crop=crop, epochs=epochs)
+                          crop=crop, epochs=epochs, batches=batches)
     if result.batches == 0:  # the clock starts after the first batch
         raise ArgumentError(f"{dataset}: {epochs} epoch(s) of batch {batch_size} make at "
                             "most one batch, and the clock starts after the first; give more "
@@ -263,7 +267,8 @@ def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: i
                f"{result.first_batch_seconds:.2f} s) with decode={decode}, {workers} workers, "
                f"batch {batch_size}, RandomResizedCrop({crop}) + flip")
     if ceiling:
-        top = decode_ceiling(dataset, workers)
+        # With --batches, the ceiling decodes as many images as the loader delivered.
+        top = decode_ceiling(dataset, workers, limit=(batches + 1) * batch_size or None)
         click.echo(f"decode-only ceiling: {top:,.0f} images/s on {workers} processes "
                    f"(full decode, {ceiling_decoder()}); loader at "
                    f"{result.samples_per_second / top:.2f} of it")

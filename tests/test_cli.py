@@ -70,6 +70,13 @@ def test_bench_prints_samples_per_second_and_the_ceiling(cli, image_folder: Path
     assert " samples/s (26 samples in 7 batches" in lines[0]
     assert "RandomResizedCrop(32)" in lines[0]
     assert lines[1].startswith("decode-only ceiling: ") and "loader at " in lines[1]
+    # --batches: that many timed batches, over epochs as needed (epochs of 4 + 4 + 4 + 3).
+    quick = cli("bench", out, "--batch-size", "4", "--workers", "1", "--crop", "32",
+                "--batches", "3", "--ceiling")
+    assert quick.code == 0 and " samples/s (11 samples in 3 batches" in quick.out
+    longer = cli("bench", out, "--batch-size", "4", "--workers", "1", "--crop", "32",
+                 "--batches", "9")
+    assert longer.code == 0 and " samples/s (34 samples in 9 batches" in longer.out
 
 
 def test_bench_refuses_what_it_cannot_time(cli, image_folder: Path, tmp_path: Path) -> None:
