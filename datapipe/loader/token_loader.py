@@ -76,6 +76,12 @@ class TokenLoader(LoaderBase):
         super().__init__()
         self.path = Path(path)
         seed = check_counter("seed", seed)
+        num_workers = check_counter("num_workers", num_workers)
+        pad_id = check_counter("pad_id", pad_id)  # a negative id breaks embedding lookups
+        for name, value in (("prefetch", prefetch), ("bucket_batches", bucket_batches),
+                            ("pack_window", pack_window)):
+            if value < 1:
+                raise ArgumentError(f"{name} must be >= 1, got {value}")
         self.layout, self.seq_len, self.shuffle, self.seed = layout, seq_len, shuffle, seed
         self.max_tokens, self.batch_size = max_tokens, batch_size
         self.pad_to_multiple_of, self.batch_multiple_of = pad_to_multiple_of, batch_multiple_of

@@ -211,6 +211,14 @@ def test_errors_are_clear(corpus: Path, tmp_path: Path) -> None:
         dp.TokenLoader(corpus, max_tokens=64, layout="ragged")
     with pytest.raises(ArgumentError, match="seed must be a non-negative integer"):
         dp.TokenLoader(corpus, max_tokens=512, seed=-2)
+    with pytest.raises(ArgumentError, match="num_workers must be a non-negative integer"):
+        dp.TokenLoader(corpus, max_tokens=512, num_workers=-1)
+    for pad_id in (-1, 1.5):
+        with pytest.raises(ArgumentError, match="pad_id must be a non-negative integer"):
+            dp.TokenLoader(corpus, max_tokens=512, layout="padded", pad_id=pad_id)
+    for name in ("prefetch", "bucket_batches", "pack_window"):
+        with pytest.raises(ArgumentError, match=f"{name} must be >= 1"):
+            dp.TokenLoader(corpus, max_tokens=512, **{name: 0})
     with pytest.raises(ArgumentError, match="is not a torch device"):
         dp.TokenLoader(corpus, max_tokens=512, device="gpu0")
     other = tmp_path / "tokenizer.json"
