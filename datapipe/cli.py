@@ -290,6 +290,13 @@ def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[st
 
     from datapipe.profiling.auto import ENV_ORACLE, ENV_PREFIX, ENV_SCALING
 
+    out_dir = Path(prefix).resolve().parent
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArgumentError(f"--out {prefix}: cannot create {out_dir}: {exc.strerror}") from None
+    report = Path(f"{prefix}.txt")
+    report.unlink(missing_ok=True)  # a report left from an earlier run is not this run's
     env = {**os.environ, ENV_PREFIX: str(Path(prefix).resolve()),
            ENV_SCALING: "1" if scaling_test else "0",
            ENV_ORACLE: "1" if oracle or scaling_test else "0"}
@@ -297,7 +304,6 @@ def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[st
         code = subprocess.call(list(command), env=env)
     except FileNotFoundError:
         raise click.UsageError(f"cannot run {command[0]!r}: no such program") from None
-    report = Path(f"{prefix}.txt")
     if report.is_file():
         click.echo(report.read_text().rstrip())
         click.echo(f"files: {prefix}.json, {prefix}.trace.json (open in ui.perfetto.dev), "

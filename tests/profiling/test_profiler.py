@@ -153,6 +153,24 @@ def test_cli_profiles_an_unchanged_script(shards: Path, tmp_path: Path) -> None:
     assert Path(f"{prefix}.trace.json").is_file() and Path(f"{prefix}.html").is_file()
 
 
+def test_cli_out_directory_is_made_and_no_stale_report_is_shown(tmp_path: Path) -> None:
+    prefix = tmp_path / "new" / "dir" / "prof"
+    prefix.parent.mkdir(parents=True)
+    Path(f"{prefix}.txt").write_text("datapipe profile: an earlier run's verdict\n")
+    result = run_cli_process("profile", "--out", prefix, "--", sys.executable, "-c", "pass")
+    assert result.returncode == 0
+    assert "earlier run" not in result.stdout and "iterated no datapipe loader" in result.stderr
+    made = tmp_path / "made" / "here"
+    run_cli_process("profile", "--out", made / "prof", "--", sys.executable, "-c", "pass")
+    assert made.is_dir()
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    result = run_cli_process("profile", "--out", blocked / "prof", "--", sys.executable, "-c",
+                             "pass")
+    assert result.returncode == 2 and "cannot create" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_token_loader_is_profiled_too(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("".join(f"document {i} " * (i % 7 + 1) + "\n"
                                             for i in range(200)))
