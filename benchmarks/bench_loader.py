@@ -22,8 +22,7 @@ later runs. Every run is a fresh Python process; it iterates --warmup epochs, th
 measured ones: the clock runs from the warm-up's last batch to the last batch, as the ceiling
 is measured with its pool warm. The time to the first batch is reported as start-up, and the
 first epoch's images/s beside the steady figure. Runs of the different tools are interleaved,
-one at a time. Prints a Markdown table and saves it to
-bench-results/loader.md and .json.
+one at a time. Prints a Markdown table and saves it to bench-results/loader.md and .json.
 """
 
 from __future__ import annotations

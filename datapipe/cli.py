@@ -290,14 +290,15 @@ def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[st
 
     from datapipe.profiling.auto import ENV_ORACLE, ENV_PREFIX, ENV_SCALING
 
-    out_dir = Path(prefix).resolve().parent
+    target = Path(prefix).resolve()
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ArgumentError(f"--out {prefix}: cannot create {out_dir}: {exc.strerror}") from None
+        raise ArgumentError(f"--out {prefix}: cannot create {target.parent}: "
+                            f"{exc.strerror}") from None
     report = Path(f"{prefix}.txt")
     report.unlink(missing_ok=True)  # a report left from an earlier run is not this run's
-    env = {**os.environ, ENV_PREFIX: str(Path(prefix).resolve()),
+    env = {**os.environ, ENV_PREFIX: str(target),
            ENV_SCALING: "1" if scaling_test else "0",
            ENV_ORACLE: "1" if oracle or scaling_test else "0"}
     try:

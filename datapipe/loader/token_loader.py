@@ -78,15 +78,11 @@ class TokenLoader(LoaderBase):
         seed = check_counter("seed", seed)
         num_workers = check_counter("num_workers", num_workers)
         pad_id = check_counter("pad_id", pad_id)  # a negative id breaks embedding lookups
-        for name, value in (("prefetch", prefetch), ("bucket_batches", bucket_batches),
-                            ("pack_window", pack_window)):
-            if value < 1:
-                raise ArgumentError(f"{name} must be >= 1, got {value}")
         self.layout, self.seq_len, self.shuffle, self.seed = layout, seq_len, shuffle, seed
         self.max_tokens, self.batch_size = max_tokens, batch_size
         self.pad_to_multiple_of, self.batch_multiple_of = pad_to_multiple_of, batch_multiple_of
         self.bucket_batches, self.pack_window = bucket_batches, pack_window
-        self._validate()
+        self._validate(prefetch)
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self.device = resolve_device(device)
         self.collate_options = CollateOptions(layout, pad_id, pad_to_multiple_of, seq_len)
@@ -103,13 +99,14 @@ class TokenLoader(LoaderBase):
             functools.partial(TokenBatchBuilder, str(self.path)), num_workers, prefetch,
             self._max_batch_tokens() * self.token_dtype.itemsize, persistent)
 
-    def _validate(self) -> None:
+    def _validate(self, prefetch: int) -> None:
         if self.layout not in LAYOUTS:
             raise ArgumentError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.max_tokens is None and self.batch_size is None:
             raise ArgumentError("give max_tokens (a token budget) or batch_size")
-        for name in ("max_tokens", "batch_size"):
-            value = getattr(self, name)
+        for name, value in (("max_tokens", self.max_tokens), ("batch_size", self.batch_size),
+                            ("prefetch", prefetch), ("bucket_batches", self.bucket_batches),
+                            ("pack_window", self.pack_window)):
             if value is not None and value < 1:
                 raise ArgumentError(f"{name} must be >= 1, got {value}")
         if self.pad_to_multiple_of < 1 or self.batch_multiple_of < 1:
