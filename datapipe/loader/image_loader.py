@@ -14,7 +14,8 @@ import torch
 
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
-from datapipe.image.batch_ops import BatchTransforms
+from datapipe.image.batch_ops import BatchTransforms, split_for_workers
+from datapipe.image.normalize import TORCH_DTYPES
 from datapipe.image.transforms import Transform, as_pipeline
 from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
@@ -71,8 +72,11 @@ class Loader(LoaderBase):
             self.num_samples = len(ds)
             out_size = self._output_size(ds, self.pipeline)
             extras = self._extra_columns(ds, extra_columns)
-        self.spec = ImageBatchSpec(str(self.path), self.pipeline, out_size, seed, on_error, extras)
-        self.batch_transforms = BatchTransforms(self.pipeline.batch_steps, seed)
+        in_workers, batch_steps = (split_for_workers(self.pipeline.batch_steps, self.device)
+                                   if decode == "cpu" else (None, self.pipeline.batch_steps))
+        self.spec = ImageBatchSpec(str(self.path), self.pipeline, out_size, seed, on_error, extras,
+                                   normalize=in_workers)
+        self.batch_transforms = BatchTransforms(batch_steps, seed)
         self._producer = self._make_producer(persistent, prefetch)
         self.skipped: list[tuple[int, str]] = []
 
@@ -154,9 +158,12 @@ class Loader(LoaderBase):
         if slot.dim() == 4:  # DALI hands over a finished tensor
             images = slot
         else:
-            # A view of the worker's buffer: no copy (the buffer is not reused while the batch
-            # lives). CUDA copies it once, into pinned memory, for an asynchronous transfer.
-            images = pin_if_cuda(slot[: n * h * w * 3].view(n, h, w, 3), self.device)
+            # A view of the worker's buffer, in the dtype the workers wrote: no copy (the buffer
+            # is not reused while the batch lives). CUDA copies it once, into pinned memory, for
+            # an asynchronous transfer.
+            dtype = TORCH_DTYPES.get(self.spec.pixel_dtype, torch.uint8)
+            images = pin_if_cuda(slot[: self.spec.image_nbytes(n)].view(dtype).view(n, h, w, 3),
+                                 self.device)
         images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last memory
         self.skipped.extend(meta["skipped"])
         batch: dict[str, Any] = {
