@@ -19,7 +19,7 @@ from datapipe.image.normalize import TORCH_DTYPES
 from datapipe.image.transforms import Transform, as_pipeline
 from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
-from datapipe.loader.device import pin_if_cuda, prefetch_to_device, resolve_device
+from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
 from datapipe.loader.progress_state import check_counter
@@ -77,6 +77,8 @@ class Loader(LoaderBase):
         self.spec = ImageBatchSpec(str(self.path), self.pipeline, out_size, seed, on_error, extras,
                                    normalize=in_workers)
         self.batch_transforms = BatchTransforms(batch_steps, seed)
+        # Copies images from the batch buffers in place (page-locked) on CUDA.
+        self._feed = DeviceFeed(self.device, pin=("image",), record_stages=True)
         self._producer = self._make_producer(persistent, prefetch)
         self.skipped: list[tuple[int, str]] = []
 
@@ -131,12 +133,12 @@ class Loader(LoaderBase):
         if start == 0:
             self.skipped = []
         host = self._host_batches(plan, epoch, start)
-        for b, batch in prefetch_to_device(host, self.device):
+        for b, batch in self._feed.batches(host):
             t0 = time.perf_counter()
             if self.batch_transforms:
                 # After the transfer: uint8 crosses the bus, float math runs on the device.
                 batch["image"] = self.batch_transforms(batch["image"], epoch, b)
-            self._report(b, transform=time.perf_counter() - t0)
+            self._report(b, transform=time.perf_counter() - t0, **self._feed.take_stages(b))
             self._handed_out(b, len(plan))
             yield batch
         self._finish_empty(start, len(plan))
@@ -159,11 +161,9 @@ class Loader(LoaderBase):
             images = slot
         else:
             # A view of the worker's buffer, in the dtype the workers wrote: no copy (the buffer
-            # is not reused while the batch lives). CUDA copies it once, into pinned memory, for
-            # an asynchronous transfer.
+            # is not reused while the batch lives).
             dtype = TORCH_DTYPES.get(self.spec.pixel_dtype, torch.uint8)
-            images = pin_if_cuda(slot[: self.spec.image_nbytes(n)].view(dtype).view(n, h, w, 3),
-                                 self.device)
+            images = slot[: self.spec.image_nbytes(n)].view(dtype).view(n, h, w, 3)
         images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last memory
         self.skipped.extend(meta["skipped"])
         batch: dict[str, Any] = {
@@ -187,3 +187,9 @@ class Loader(LoaderBase):
         return {"num_samples": self.num_samples, "batch_size": self.batch_size,
                 "shuffle": self.shuffle, "seed": self.seed, "rank": self.rank,
                 "world_size": self.world_size, "drop_last": self.drop_last}
+
+    def close(self) -> None:
+        feed = getattr(self, "_feed", None)
+        if feed is not None:  # copies still reading batch buffers finish before they go
+            feed.close()
+        super().close()
