@@ -10,12 +10,18 @@ DALI cannot say which sample of a batch it failed on, and an error invalidates i
 failed batch is therefore rebuilt on the CPU path, which names the bad sample (on_error="raise")
 or skips it (on_error="skip"); DALI resumes with a fresh pipeline from the next batch.
 
+On a GPU the batch leaves DALI without a host synchronisation: the outputs are bound to the
+loader's copy stream (`outputs(cuda_stream=...)`, which makes that stream wait for them instead
+of the host), and copied there into memory torch owns (see `DaliProducer._copy_out` for why).
+
 DALI is optional and imported only here, when a `DaliProducer` is made.
 """
 
 from __future__ import annotations
 
+import inspect
 import warnings
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +30,7 @@ import torch
 
 from datapipe.errors import ArgumentError
 from datapipe.image.transforms import plan_crops
+from datapipe.loader.device import CopyLeases
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec, batch_rng
 from datapipe.loader.workers import BatchTask
 from datapipe.sampling.order import EpochPlan
@@ -53,7 +60,12 @@ class _DaliFailure(Exception):
 
 class _Feeder:
     """The pipeline's external source: per call, one batch of encoded bytes, crop boxes and
-    flips. DALI calls it from `schedule_run`, up to PREFETCH_DEPTH batches ahead."""
+    flips. DALI calls it from `schedule_run`, up to PREFETCH_DEPTH batches ahead.
+
+    DALI reads the arrays in place (`no_copy`): no copy of a batch's JPEG bytes in the thread
+    that iterates the loader. They must stay unchanged until DALI is done with them, which is
+    PREFETCH_DEPTH iterations later: the bytes are views of the read-only shard maps, and the
+    arrays made here are kept for a few more calls than that."""
 
     def __init__(self, builder: ImageBatchBuilder, spec: ImageBatchSpec) -> None:
         self.builder, self.spec = builder, spec
@@ -61,6 +73,7 @@ class _Feeder:
         self._todo: Iterator[int] = iter(())
         self._plan: EpochPlan | None = None
         self._epoch = 0
+        self._fed: deque[tuple[Any, ...]] = deque(maxlen=PREFETCH_DEPTH + 2)
 
     def start(self, plan: EpochPlan, epoch: int, first: int) -> None:
         self._plan, self._epoch, self._todo = plan, epoch, iter(range(first, len(plan)))
@@ -76,20 +89,20 @@ class _Feeder:
         boxes, flips = plan_crops(self.spec.pipeline, heights[idx], widths[idx],
                                   batch_rng(self.spec.seed, self._epoch, b))
         shards, rows = dataset.locate_many(idx)
-        # Zero-copy views of the shards; DALI copies them when it takes the batch.
+        # Zero-copy views of the shards, read by DALI in place.
         encoded = [dataset.shard(int(k)).payload("image", int(r))
                    for k, r in zip(shards.tolist(), rows.tolist(), strict=True)]
         anchors = np.ascontiguousarray(boxes[:, :2], dtype=np.int32)  # (x0, y0): "WH" order
         shapes = np.ascontiguousarray(boxes[:, 2:], dtype=np.int32)  # (w, h)
-        if self.with_flip:
-            return encoded, anchors, shapes, flips.astype(np.int32)
-        return encoded, anchors, shapes
+        inputs = (encoded, anchors, shapes, flips.astype(np.int32))[:4 if self.with_flip else 3]
+        self._fed.append(inputs)
+        return inputs
 
 
 def _graph(dali: Any, feeder: _Feeder, out_size: tuple[int, int], decoder: str) -> Any:
     fn, types = dali.fn, dali.types
     n = 4 if feeder.with_flip else 3
-    inputs = fn.external_source(source=feeder, num_outputs=n, batch=True,
+    inputs = fn.external_source(source=feeder, num_outputs=n, batch=True, no_copy=True,
                                 dtype=[types.UINT8, types.INT32, types.INT32, types.INT32][:n],
                                 ndim=[1, 1, 1, 0][:n])
     # Integer anchor/shape are absolute pixels. EXIF is ignored, as on the CPU path: boxes are
@@ -106,13 +119,21 @@ def _graph(dali: Any, feeder: _Feeder, out_size: tuple[int, int], decoder: str) 
 
 
 class DaliProducer:
-    """Yields (metadata, uint8 N x H x W x 3 tensor) per batch, like `BatchProducer`."""
+    """Yields (metadata, uint8 N x H x W x 3 tensor) per batch, like `BatchProducer`.
+
+    On CUDA the tensors are made on `stream` (the loader's copy stream; the device's default
+    stream, which every other stream waits for, if none is given)."""
 
     def __init__(self, spec: ImageBatchSpec, batch_size: int, num_workers: int,
-                 device: torch.device) -> None:
+                 device: torch.device, stream: Any = None) -> None:
         self._dali = _import_dali()
         self.spec, self.batch_size, self.device = spec, batch_size, device
         self.num_threads = max(1, num_workers)
+        cuda = device.type == "cuda"
+        self.stream = stream or (torch.cuda.default_stream(device) if cuda else None)
+        # Where outputs are bound: our stream, where this DALI can (else the host waits).
+        self.output_stream = self.stream if _takes_stream(self._dali.Pipeline.outputs) else None
+        self.leases = CopyLeases()  # DALI outputs until their copies have completed
         self.builder = ImageBatchBuilder(spec)
         if self.builder.encoding != "jpeg":
             raise ArgumentError(f"{spec.directory}: decode='dali' reads JPEG shards, this "
@@ -126,8 +147,9 @@ class DaliProducer:
         feeder = _Feeder(self.builder, self.spec)
         device_id = (self.device.index if self.device.index is not None
                      else torch.cuda.current_device()) if cuda else None
-        # exec_dynamic: outputs stay valid after the next iteration, so they are handed out
-        # without a copy (DLPack). The graph is deterministic; the seed only pins DALI's state.
+        # exec_dynamic: outputs stay valid after the next iteration (CPU outputs are handed out
+        # without a copy, by DLPack) and can be bound to a CUDA stream instead of the host.
+        # The graph is deterministic; the seed only pins DALI's state.
         pipe = dali.Pipeline(batch_size=self.batch_size, num_threads=self.num_threads,
                              device_id=device_id, seed=self.spec.seed % 2**31,
                              prefetch_queue_depth=PREFETCH_DEPTH, exec_dynamic=True)
@@ -163,9 +185,10 @@ class DaliProducer:
              start: int) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
         feeder.start(plan, epoch, start)
         for b in range(start, len(plan)):
+            self.leases.release_finished()
             try:
                 pipe.schedule_run()
-                (images,) = pipe.outputs()
+                (images,) = self._outputs(pipe)
             except RuntimeError as exc:
                 feeder.stop()
                 raise _DaliFailure(_reason(exc)) from exc
@@ -186,12 +209,39 @@ class DaliProducer:
                 builder.dataset[int(i)][name] for i in indices]
         return meta
 
+    def _outputs(self, pipe: Any) -> Any:
+        """The next outputs. On CUDA they are bound to our stream: DALI makes the stream wait
+        for them, where `outputs()` alone would block the host until the GPU is done."""
+        if self.output_stream is not None:
+            return pipe.outputs(cuda_stream=self.output_stream)
+        return pipe.outputs()
+
     def _to_torch(self, images: Any) -> torch.Tensor:
         dense = images.as_tensor()  # every sample is H x W x 3: one N x H x W x 3 tensor
         if self.device.type == "cuda":
-            with torch.cuda.device(self.device):
-                return torch.from_dlpack(dense)
+            return self._copy_out(images, dense)
+        # CPU memory has no stream to race: the batch views DALI's output, which DALI frees
+        # only when the tensor (the DLPack capsule's owner) goes.
         return torch.from_dlpack(dense)
+
+    def _copy_out(self, images: Any, dense: Any) -> torch.Tensor:
+        """The GPU output copied, on our stream, into a tensor torch owns.
+
+        Handing DALI's memory out by DLPack is not safe with asynchronous consumers: when the
+        caller drops the batch, DALI takes the memory back into its pool in the order of its
+        own stream, not of the streams still reading it, and `record_stream` cannot protect
+        memory torch's allocator does not own. A device-to-device copy (tens of microseconds
+        for a batch of 256 on an H100, no host work) gives a tensor the usual stream rules
+        protect. DALI's output is held until the copy's event has completed, never waited for.
+        """
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            view = torch.from_dlpack(dense)  # the current stream (ours) is DLPack's consumer
+            owned = torch.empty_like(view)
+            owned.copy_(view, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record(self.stream)
+        self.leases.hold(copied, images, dense, view)
+        return owned
 
     def _on_cpu(self, plan: EpochPlan, epoch: int, b: int,
                 error: str) -> tuple[dict[str, Any], torch.Tensor]:
@@ -209,8 +259,17 @@ class DaliProducer:
         return meta, images.to(self.device)
 
     def close(self) -> None:
+        self.leases.wait_all()
         self._idle = None
         self.builder.dataset.close()
+
+
+def _takes_stream(outputs: Any) -> bool:
+    """Whether this DALI's `Pipeline.outputs` can bind outputs to a stream."""
+    try:
+        return "cuda_stream" in inspect.signature(outputs).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _reason(exc: BaseException) -> str:

@@ -112,7 +112,8 @@ class Loader(LoaderBase):
         if self.decode == "dali":
             from datapipe.image.dali_backend import DaliProducer
 
-            return DaliProducer(self.spec, self.batch_size, self.num_workers, self.device)
+            return DaliProducer(self.spec, self.batch_size, self.num_workers, self.device,
+                                self._feed.stream)
         make_builder = functools.partial(ImageBatchBuilder, self.spec)
         return BatchProducer(make_builder, self.num_workers, prefetch,
                              self.spec.slot_nbytes(self.batch_size), persistent)

@@ -206,3 +206,45 @@ def test_cuda_device_decodes_on_the_gpu(shards: Path) -> None:
         # nvJPEG's chroma upsampling differs a little from libjpeg-turbo's.
         assert _mean_abs_diff(d["image"].cpu(), c["image"]) < 6
     assert np.asarray(batches[0]["index"].cpu()).shape == (4,)
+
+
+def test_gpu_outputs_are_bound_to_the_copy_stream_not_to_the_host(shards: Path) -> None:
+    """outputs() alone blocks the host until the GPU is done; with a stream it does not."""
+    class Pipe:
+        def __init__(self) -> None:
+            self.streams: list[object] = []
+
+        def outputs(self, cuda_stream: object = None) -> tuple[str]:
+            self.streams.append(cuda_stream)
+            return ("images",)
+
+    with dp.Loader(shards, batch_size=4, num_workers=1, decode="dali", transform=CROP) as loader:
+        producer = loader._producer
+    assert producer.output_stream is None  # device="cpu": no stream to bind to
+    pipe, stream = Pipe(), object()
+    producer._outputs(pipe)
+    producer.output_stream = stream  # what device="cuda" sets, this DALI being able to
+    assert producer._outputs(pipe) == ("images",) and pipe.streams == [None, stream]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_batches_are_not_dali_memory(shards: Path) -> None:
+    """Batches dropped while the consumer's stream is still busy reading them: DALI must not
+    take their memory back meanwhile, and batches kept stay unchanged epochs later."""
+    reference = [b["image"].cpu() for e in range(2) for b in _epoch(shards, device="cuda",
+                                                                     epoch=e)]
+    late, kept = [], []
+    with dp.Loader(shards, batch_size=4, num_workers=1, decode="dali", transform=CROP,
+                   device="cuda") as loader:
+        for batch in loader:  # epoch 0: each batch dropped before its read has run
+            torch.cuda._sleep(20_000_000)  # the read below queues behind this
+            late.append(batch["image"].clone())
+            del batch
+        kept = [batch["image"] for batch in loader]  # epoch 1: kept
+        for _ in range(2):  # DALI runs on: memory of its own would be reused by now
+            list(loader)
+    torch.cuda.synchronize()
+    for got, want in zip(late + kept, reference, strict=True):
+        assert torch.equal(got.cpu(), want)
+
