@@ -236,3 +236,17 @@ def test_verify_argument_is_checked(images: dict[str, Path], texts: dict[str, Pa
         with pytest.raises(ArgumentError, match="verify must be one of"):
             dp.TokenLoader(texts["arrow"], max_tokens=256, verify=bad)
 
+
+def test_bench_verify_option(cli, images: dict[str, Path], tmp_path: Path) -> None:
+    out = _copy(images["arrow"], tmp_path / "ds")
+    args = ("--batch-size", "2", "--workers", "1", "--crop", "24", "--epochs", "1")
+    clean = cli("bench", out, *args, "--verify", "open")
+    assert clean.code == 0 and "samples/s" in clean.out and "verify=open" in clean.out
+    shard, _ = _second_shard(out)
+    flips.xor_byte(shard, flips.entropy_flip_that_still_decodes(shard, 0), 0x01)
+    assert cli("bench", out, *args).code == 0
+    corrupt = cli("bench", out, *args, "--verify", "open")
+    assert corrupt.code == 1 and len(corrupt.err.strip().splitlines()) == 1
+    assert f"{shard.name}: content hash differs" in corrupt.err
+    wrong = cli("bench", out, *args, "--verify", "full")
+    assert wrong.code == 2 and "'--verify'" in wrong.err
