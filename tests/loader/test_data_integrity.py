@@ -250,3 +250,19 @@ def test_bench_verify_option(cli, images: dict[str, Path], tmp_path: Path) -> No
     assert f"{shard.name}: content hash differs" in corrupt.err
     wrong = cli("bench", out, *args, "--verify", "full")
     assert wrong.code == 2 and "'--verify'" in wrong.err
+
+
+def test_a_damaged_length_index_is_rebuilt(texts: dict[str, Path], tmp_path: Path) -> None:
+    """The cached length index plans every token range: a flipped bit in it would make ranges
+    cross documents. Its name carries its content's hash, so a damaged one is rebuilt."""
+    out = _copy(texts["arrow"], tmp_path / "ds")
+    with dp.TokenLoader(out, max_tokens=256, shuffle=False) as loader:
+        want = list(loader)
+    (cache,) = out.glob(".datapipe-lengths-*.npy")
+    lengths = np.load(cache)
+    flips.xor_byte(cache, cache.stat().st_size - lengths.nbytes + 8 * 3, 0x01)
+    with dp.TokenLoader(out, max_tokens=256, shuffle=False, num_workers=2) as loader:
+        got = list(loader)
+    assert len(got) == len(want) and all(map(same_batch, got, want))
+    (rebuilt,) = out.glob(".datapipe-lengths-*.npy")
+    np.testing.assert_array_equal(np.load(rebuilt), lengths)
