@@ -43,10 +43,11 @@ class Loader(LoaderBase):
     while anything refers to them.
 
     ``verify="cheap"`` (the default) checks each shard's structure and scalar columns as it is
-    opened (labels within the manifest's classes, image sizes possible) and each image's size
-    against its JPEG header as it is decoded; ``verify="open"`` also hashes every shard against
-    the manifest when the loader is made (once: workers inherit the result). A failed check is
-    a ``DataError`` naming the shard, row and sample, whatever ``on_error`` says.
+    opened (labels within the manifest's classes, image sizes possible): a failure is a
+    ``DataError`` naming the shard, row and sample, whatever ``on_error`` says. Each image's
+    stored size is also checked against its JPEG header as it is decoded: a mismatch is a decode
+    failure, which ``on_error`` governs. ``verify="open"`` also hashes every shard against the
+    manifest when the loader is made (once: workers inherit the result).
     """
 
     def __init__(self, path: str | Path, batch_size: int = 256, *, shuffle: bool = True,
