@@ -249,15 +249,18 @@ def verify_cmd(dataset: Path) -> None:
 @click.option("--ceiling", is_flag=True,
               help="Also measure plain decode of every stored image on all workers (with "
               "--batches, of as many as the loader delivered).")
+@click.option("--verify", type=click.Choice(["cheap", "open"]), default="cheap",
+              show_default=True, help="The loader's checks: 'open' also hashes every shard "
+              "against the manifest at start-up (counted in the first batch's time).")
 def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: int, epochs: int,
-              batches: int, ceiling: bool) -> None:
+              batches: int, ceiling: bool, verify: str) -> None:
     """Measure the loader's samples/s on DATASET with these settings."""
     from datapipe.bench import bench_loader, ceiling_decoder, decode_ceiling
     from datapipe.system import available_cores
 
     workers = workers or available_cores()
     result = bench_loader(dataset, batch_size=batch_size, num_workers=workers, decode=decode,
-                          crop=crop, epochs=epochs, batches=batches)
+                          crop=crop, epochs=epochs, batches=batches, verify=verify)
     if result.batches == 0:  # the clock starts after the first batch
         raise ArgumentError(f"{dataset}: {epochs} epoch(s) of batch {batch_size} make at "
                             "most one batch, and the clock starts after the first; give more "
@@ -265,7 +268,7 @@ def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: i
     click.echo(f"{result.samples_per_second:,.0f} samples/s ({result.samples:,} samples in "
                f"{result.batches} batches, {result.seconds:.2f} s; first batch after "
                f"{result.first_batch_seconds:.2f} s) with decode={decode}, {workers} workers, "
-               f"batch {batch_size}, RandomResizedCrop({crop}) + flip")
+               f"batch {batch_size}, RandomResizedCrop({crop}) + flip, verify={verify}")
     if ceiling:
         # With --batches, the ceiling decodes as many images as the loader delivered.
         top = decode_ceiling(dataset, workers, limit=(batches + 1) * batch_size or None)
