@@ -22,6 +22,8 @@ Outcome = tuple
 
 
 def process_item(item: ImageItem, settings: ImageSettings) -> Outcome:
+    if item.problem is not None:
+        return ("reject", item.problem)
     try:
         data = item.path.read_bytes()
     except OSError as exc:
