@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from datapipe.format.hashing import hash_bytes
 from datapipe.format.schema import Column
@@ -25,14 +28,23 @@ def process_item(item: ImageItem, settings: ImageSettings) -> Outcome:
     if item.problem is not None:
         return ("reject", item.problem)
     try:
-        data = item.path.read_bytes()
-    except OSError as exc:
-        return ("reject", f"unreadable: {exc.strerror or exc}")
-    try:
-        payload, height, width = prepare_image(data, settings)
+        with _open_regular_file(item.path) as file:
+            payload, height, width = prepare_image(file, settings)
     except RejectedImage as exc:
         return ("reject", str(exc))
+    except OSError as exc:
+        return ("reject", f"unreadable: {exc.strerror or exc}")
     return ("ok", payload, height, width)
+
+
+def _open_regular_file(path: Path) -> BinaryIO:
+    """Open for reading, refusing FIFOs and devices (reading one could block forever)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without a writer
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RejectedImage("not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def convert_images(src: Path, options: OutputOptions, settings: ImageSettings, workers: int,
@@ -41,7 +53,8 @@ def convert_images(src: Path, options: OutputOptions, settings: ImageSettings, w
     source = list_images(src)
     columns = BASE_COLUMNS + tuple(Column(n, t) for n, t in source.extra_columns)
     settings_record = {"short_side": settings.short_side, "quality": settings.quality,
-                       "encoding": settings.encoding, "shard_size": options.shard_size}
+                       "encoding": settings.encoding, "max_pixels": settings.max_pixels,
+                       "shard_size": options.shard_size}
     fingerprint = hash_bytes(json.dumps({
         "kind": "images", "format": options.shard_format, "settings": settings_record,
         "inputs": [(i.source, i.label, list(i.extras)) for i in source.items]},
