@@ -6,7 +6,7 @@ import functools
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -14,7 +14,7 @@ from datapipe.format.hashing import hash_bytes
 from datapipe.format.schema import Column
 from preprocess.engine import ordered_map
 from preprocess.image_ops import ImageSettings, RejectedImage, prepare_image
-from preprocess.image_sources import ImageItem, list_images
+from preprocess.image_sources import ImageItem, ImageSource, list_images
 from preprocess.output import ConversionResult, OutputDirectory, OutputOptions
 
 BASE_COLUMNS = (Column("image", "bytes"), Column("label", "int64"), Column("height", "int32"),
@@ -59,21 +59,28 @@ def convert_images(src: Path, options: OutputOptions, settings: ImageSettings, w
         "kind": "images", "format": options.shard_format, "settings": settings_record,
         "inputs": [(i.source, i.label, list(i.extras)) for i in source.items]},
         default=str).encode())
-    output = OutputDirectory(options, "images", columns, fingerprint)
-    total = len(source.items)
-    todo = source.items[output.resume_from:]
-    work = functools.partial(process_item, settings=settings)
-    for offset, outcome in enumerate(ordered_map(work, todo, workers, chunksize=16)):
-        index = output.resume_from + offset
+    with OutputDirectory(options, "images", columns, fingerprint) as output:
+        todo = source.items[output.resume_from:]
+        work = functools.partial(process_item, settings=settings)
+        outcomes = ordered_map(work, todo, workers, chunksize=16)
+        _write_outcomes(output, source, outcomes, progress)
+        return output.finish(len(source.items), settings_record, stats={},
+                             classes=source.classes)
+
+
+def _write_outcomes(output: OutputDirectory, source: ImageSource, outcomes: Iterator[Outcome],
+                    progress: Callable[[int, int], None] | None) -> None:
+    """Samples and rejects into OUT, in input order (the resumed part already is)."""
+    extra_names = [name for name, _ in source.extra_columns]
+    for index, outcome in enumerate(outcomes, output.resume_from):
         item = source.items[index]
         if outcome[0] == "ok":
             _, payload, height, width = outcome
             sample = {"image": payload, "label": item.label, "height": height, "width": width,
                       "path": item.source}
-            sample.update(zip((n for n, _ in source.extra_columns), item.extras, strict=True))
+            sample.update(zip(extra_names, item.extras, strict=True))
             output.add(index, sample)
         else:
             output.reject(index, item.source, outcome[1])
         if progress is not None:
-            progress(index + 1, total)
-    return output.finish(total, settings_record, stats={}, classes=source.classes)
+            progress(index + 1, len(source.items))

@@ -51,24 +51,25 @@ def convert_text(sources: list[Path], options: OutputOptions, tokenizer_spec: st
                 "append_eos": append_eos, "shard_size": options.shard_size}
     output = OutputDirectory(options, "text", (column, Column("length", "int32")),
                              _fingerprint(files, tokenizer, settings, options.shard_format))
-    documents = iter_documents(files, text_options)
-    index = output.resume_from
-    tokens = 0
-    eos = np.array([tokenizer.eos_id if append_eos else 0], dtype=column.numpy_dtype)
-    for batch in _batches(itertools.islice(documents, index, None), BATCH_DOCUMENTS):
-        encoded = tokenizer.encode_batch([text for _, text in batch])
-        for (where, text), ids in zip(batch, encoded, strict=True):
-            if not text.strip():
-                output.reject(index, where, "empty document")
-            else:
-                ids = ids.astype(column.numpy_dtype, copy=False)
-                if append_eos:
-                    ids = np.concatenate([ids, eos])
-                output.add(index, {"tokens": ids, "length": len(ids)})
-                tokens += len(ids)
-            index += 1
-        if progress is not None:
-            progress(index, tokens)
-    result = output.finish(index, settings, stats={}, tokenizer=tokenizer.identity())
+    with output:
+        documents = iter_documents(files, text_options)
+        index = output.resume_from
+        tokens = 0
+        eos = np.array([tokenizer.eos_id if append_eos else 0], dtype=column.numpy_dtype)
+        for batch in _batches(itertools.islice(documents, index, None), BATCH_DOCUMENTS):
+            encoded = tokenizer.encode_batch([text for _, text in batch])
+            for (where, text), ids in zip(batch, encoded, strict=True):
+                if not text.strip():
+                    output.reject(index, where, "empty document")
+                else:
+                    ids = ids.astype(column.numpy_dtype, copy=False)
+                    if append_eos:
+                        ids = np.concatenate([ids, eos])
+                    output.add(index, {"tokens": ids, "length": len(ids)})
+                    tokens += len(ids)
+                index += 1
+            if progress is not None:
+                progress(index, tokens)
+        result = output.finish(index, settings, stats={}, tokenizer=tokenizer.identity())
     result.extra["tokens_this_run"] = tokens
     return result
