@@ -14,7 +14,7 @@ import pytest
 
 import datapipe.format.writer
 from datapipe.format.manifest import Manifest
-from preprocess.resume import Journal
+from preprocess.resume import JOURNAL_NAME, Journal
 from tests.imagegen import make_image_folder, write_awkward_images
 
 
@@ -109,3 +109,17 @@ def test_out_not_writable_is_one_line_exit_2(tmp_path: Path, what: str) -> None:
     assert f"OUT {out}" in result.stderr and "Permission denied" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert os.listdir(parent) == []
+
+
+@pytest.mark.parametrize("journal", ["", '{"fingerp'])
+def test_a_run_stopped_while_starting_its_journal_starts_afresh(cli, tmp_path: Path,
+                                                                source: Path,
+                                                                journal: str) -> None:
+    # A full disk (or a kill) as the journal's first line is written: nothing was finished.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / JOURNAL_NAME).write_text(journal)
+    result = cli("convert", "images", source, out, "--short-side", 48)
+    assert result.code == 0, result.err
+    assert "kept from the interrupted run" not in result.out
+    assert not (out / JOURNAL_NAME).exists() and (out / "manifest.json").exists()
