@@ -44,9 +44,13 @@ class ImageSource:
 
 
 def list_images(src: Path) -> ImageSource:
-    if not src.exists():
-        raise ArgumentError(f"SRC {src} does not exist")
-    if src.is_dir():
+    try:
+        is_dir = src.is_dir()
+        if not is_dir and not src.exists():
+            raise ArgumentError(f"SRC {src} does not exist")
+    except OSError as exc:  # a name too long, a loop of links
+        raise ArgumentError(f"SRC {src}: {exc.strerror or exc}") from None
+    if is_dir:
         from preprocess.image_folder import scan_image_folder  # builds on this module's types
 
         return scan_image_folder(src)

@@ -75,9 +75,9 @@ def _is_ours(name: str) -> bool:
 
 
 def _make_directory(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise ArgumentError(f"OUT {out} exists and is not a directory")
     with _writing(out):
+        if out.exists() and not out.is_dir():
+            raise ArgumentError(f"OUT {out} exists and is not a directory")
         out.mkdir(parents=True, exist_ok=True)
 
 
@@ -112,6 +112,8 @@ def _writing(out: Path) -> Iterator[None]:
                 "command: it resumes from the last finished shard") from None
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise ArgumentError(f"OUT {out} is not writable{name}: {exc.strerror}") from None
+        if exc.errno in (errno.ENOTDIR, errno.ENAMETOOLONG):  # OUT names no possible folder
+            raise ArgumentError(f"OUT {out}: {exc.strerror}") from None
         raise DatapipeError(f"OUT {out}: cannot write{name}: {exc.strerror or exc}") from None
 
 

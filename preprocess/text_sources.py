@@ -129,6 +129,7 @@ def _parquet(path: Path, field: str) -> Iterator[Document]:
     row = 0
     for batch in parquet.iter_batches(columns=[field], batch_size=4096):
         for text in batch.column(0).to_pylist():
-            null = BadDocument(f"{path.name} row {row}: null text")
-            yield f"{path}#row{row}", text if text is not None else null
+            if text is None:
+                text = BadDocument(f"{path.name} row {row}: null text")
+            yield f"{path}#row{row}", text
             row += 1
