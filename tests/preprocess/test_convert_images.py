@@ -163,3 +163,4 @@ def test_out_not_empty_needs_overwrite(cli, image_folder: Path, tmp_path: Path) 
     result = cli("convert", "images", image_folder, foreign, "--overwrite")
     assert result.code == 2 and "thesis.tex" in result.err
     assert (foreign / "thesis.tex").read_text() == "keep me"
+    assert [p.name for p in foreign.iterdir()] == ["thesis.tex"]  # and no lock left behind
