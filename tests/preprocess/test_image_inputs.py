@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from PIL import Image
 from datapipe.format import Dataset
 from tests.conftest import run_cli_process
 from tests.imagegen import jpeg_bytes, make_image_folder, noise_image
+from tests.preprocess.helpers import unprivileged
 
 
 def _rejects(out: Path) -> dict[str, str]:
@@ -82,16 +82,6 @@ def test_strict_stops_at_a_dangling_symlink(cli, tmp_path: Path) -> None:
     assert len(result.err.strip().splitlines()) == 1
 
 
-def _unprivileged() -> list[str] | None:
-    """A command prefix under which file permissions apply (root ignores them), or None."""
-    if os.geteuid() != 0:
-        return []
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        return None
-    return [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
-
-
 @pytest.mark.parametrize("how", ["permissions", "simulated"])
 def test_unreadable_folder_is_a_reject_not_a_silent_gap(cli, tmp_path: Path, how: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,7 +91,7 @@ def test_unreadable_folder_is_a_reject_not_a_silent_gap(cli, tmp_path: Path, how
     (locked / "inside.jpg").write_bytes(jpeg_bytes(noise_image(40, 30, 3)))
     out = tmp_path / "out"
     if how == "permissions":
-        prefix = _unprivileged()
+        prefix = unprivileged()
         locked.chmod(0)
         try:
             probe = None if prefix is None else subprocess.run(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import datapipe.format.writer
 from datapipe.format.manifest import Manifest
 from preprocess.resume import JOURNAL_NAME, Journal
 from tests.imagegen import make_image_folder, write_awkward_images
+from tests.preprocess.helpers import unprivileged
 
 
 def _disk_fills_at(call: int):
@@ -77,22 +77,13 @@ def test_disk_full_is_one_line_and_the_same_command_resumes(cli, tmp_path: Path,
         assert (out / name).read_bytes() == (tmp_path / "clean" / name).read_bytes(), name
 
 
-def _unprivileged() -> list[str] | None:
-    """A command prefix under which file permissions apply (root ignores them), or None."""
-    if os.geteuid() != 0:
-        return []
-    setpriv = shutil.which("setpriv")
-    return None if setpriv is None else [setpriv,
-                                         "--bounding-set=-dac_override,-dac_read_search"]
-
-
 @pytest.mark.parametrize("what", ["new OUT in a read-only folder", "read-only OUT"])
 def test_out_not_writable_is_one_line_exit_2(tmp_path: Path, what: str) -> None:
     src = make_image_folder(tmp_path / "src", classes=1, per_class=2)
     parent = tmp_path / "locked"
     parent.mkdir()
     out = parent / "out" if what.startswith("new") else parent
-    prefix = _unprivileged()
+    prefix = unprivileged()
     parent.chmod(0o555)
     try:
         probe = None if prefix is None else subprocess.run(
