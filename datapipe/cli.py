@@ -94,16 +94,26 @@ def _report(result: Any, noun: str, rate: str) -> None:
 @click.option("--quality", default=90, show_default=True, type=int, help="JPEG quality.")
 @click.option("--encoding", type=click.Choice(["jpeg", "raw"]), default="jpeg",
               show_default=True, help="Store JPEG, or raw uint8 RGB pixels (no decode at load).")
+@click.option("--max-pixels", default=89_478_485, show_default=True, type=int,  # PIL's limit
+              help="Reject an image whose stored or resized size (width x height) is over this "
+              "many pixels, judged from its header before decoding; the default is PIL's "
+              "decompression-bomb limit.")
 @click.option("--workers", default=0, type=int, help="Processes; 0 = all cores.")
 @_output_options
 def convert_images_cmd(src: Path, out: Path, short_side: int, quality: int, encoding: str,
-                       workers: int, **output: Any) -> None:
-    """Convert an image folder (SRC/<class>/<file>) or a CSV/JSONL list (path,label,...)."""
+                       max_pixels: int, workers: int, **output: Any) -> None:
+    """Convert an image folder (SRC/<class>/<file>) or a CSV/JSONL list (path,label,...).
+
+    Every input is converted or listed in OUT/rejects.jsonl with a reason: symlinks are
+    followed (a dangling or looping one is a reject), hidden entries ('.' names) and folders
+    that cannot be read are rejects, and so is any file that is not an image.
+    """
     from datapipe.system import available_cores
     from preprocess.image_ops import ImageSettings
     from preprocess.images import convert_images
 
-    settings = ImageSettings(short_side=short_side, quality=quality, encoding=encoding)
+    settings = ImageSettings(short_side=short_side, quality=quality, encoding=encoding,
+                             max_pixels=max_pixels)
     options = _make_output_options(out, **output)
     if workers < 0:
         raise click.BadParameter(f"must be >= 0, got {workers}", param_hint="--workers")
