@@ -286,9 +286,19 @@ def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: i
 def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND (e.g. -- python train.py ARGS) with its datapipe loaders profiled."""
     import os
+    import signal
     import subprocess
 
-    from datapipe.profiling.auto import ENV_ORACLE, ENV_PREFIX, ENV_SCALING
+    from datapipe.profiling.auto import (
+        ENV_ORACLE,
+        ENV_PREFIX,
+        ENV_SCALING,
+        exit_reason,
+        exit_status,
+        outputs,
+        text_path,
+    )
+    from datapipe.profiling.report import withdraw_verdict
 
     target = Path(prefix).resolve()
     try:
@@ -296,23 +306,39 @@ def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[st
     except OSError as exc:
         raise ArgumentError(f"--out {prefix}: cannot create {target.parent}: "
                             f"{exc.strerror}") from None
-    report = Path(f"{prefix}.txt")
-    report.unlink(missing_ok=True)  # a report left from an earlier run is not this run's
+    settings, report = outputs(target), text_path(target)
+    for stale in (report, settings.report, settings.trace, settings.html):
+        try:  # files left from an earlier run are not this run's
+            stale.unlink(missing_ok=True)
+        except OSError as exc:
+            raise ArgumentError(f"--out {prefix}: cannot replace {stale}: {exc.strerror}") \
+                from None
     env = {**os.environ, ENV_PREFIX: str(target),
            ENV_SCALING: "1" if scaling_test else "0",
            ENV_ORACLE: "1" if oracle or scaling_test else "0"}
+    # Ctrl-C reaches the command too: it is the command's to handle, and this process reports
+    # how the command ended. (A handler, unlike SIG_IGN, is not inherited by the command.)
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
     try:
         code = subprocess.call(list(command), env=env)
-    except FileNotFoundError:
-        raise click.UsageError(f"cannot run {command[0]!r}: no such program") from None
-    if report.is_file():
-        click.echo(report.read_text().rstrip())
+    except OSError as exc:
+        raise click.UsageError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    failed = exit_reason(code)
+    text = withdraw_verdict(settings, report, failed) if failed else \
+        report.read_text().rstrip() if report.is_file() else None
+    if text:
+        click.echo(text)
         click.echo(f"files: {prefix}.json, {prefix}.trace.json (open in ui.perfetto.dev), "
                    f"{prefix}.html")
+    elif failed:
+        click.echo(f"datapipe profile: {failed} before writing a profile; nothing to report",
+                   err=True)
     else:
         click.echo("datapipe profile: the command iterated no datapipe loader; nothing to "
                    "report", err=True)
-    sys.exit(code)
+    sys.exit(exit_status(code))
 
 
 @cli.command("doctor", context_settings=CONTEXT)
