@@ -12,15 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.profiling.blame import (
-    critical_path,
-    queue_of,
-    request_kind,
-    stage_seconds,
-    top_stage,
-    worker_parallelism,
-    worker_timing,
-)
+from datapipe.profiling.batch_report import EMPTY, INLINE, READY, BatchReport, read_report
+from datapipe.profiling.blame import critical_path, top_stage, worker_parallelism
 from datapipe.profiling.recorder import Recording, StepRecord
 from datapipe.profiling.settings import ProfileSettings
 from datapipe.profiling.verdict import oracle_agreement, verdict
@@ -64,9 +57,11 @@ def _measure(steps: list[StepRecord], rec: Recording) -> _Measure:
 def analyse(rec: Recording, settings: ProfileSettings) -> dict[str, Any]:
     normal = [r for r in rec.steps if r.kind == "normal" and r.end is not None]
     first, steady = (normal[0], normal[1:]) if normal else (None, [])
+    reports = [read_report(r.loader) for r in rec.steps]  # by step index
     m = _measure(steady, rec)
     exposed = _fraction(m.waits, m.seconds)
-    path = critical_path([r.loader for r in m.steps], [r.wait for r in m.steps], m.waits)
+    path = critical_path([reports[r.index] for r in m.steps], [r.wait for r in m.steps],
+                         m.waits)
     host_waits, host_seconds = [r.wait for r in steady], [_duration(r) for r in steady]
     on_device = m.source == "device"
     result: dict[str, Any] = {
@@ -83,10 +78,11 @@ def analyse(rec: Recording, settings: ProfileSettings) -> dict[str, Any]:
         "first_step": _first_step(first),
         "worker_startup_seconds": (first.start + first.wait - rec.loader_started)
         if first and rec.loader_started else None,
-        "stages": _stage_summary(normal), "critical_path": path, "blame": top_stage(path),
-        "queue": _queue(normal),
+        "stages": _stage_summary([reports[r.index] for r in normal]),
+        "critical_path": path, "blame": top_stage(path),
+        "queue": _queue([reports[r.index] for r in normal]),
         "gpu_utilization": _stats(rec.gpu_utilization) if rec.gpu_utilization else None,
-        "timeline": _timeline(rec, first), "workers": _worker_spans(rec),
+        "timeline": _timeline(rec, reports, first), "workers": _worker_spans(rec, reports),
     }
     result["probes"] = _probes(rec.steps, m, exposed, settings)
     result["verdict"] = verdict(result, settings)
@@ -101,71 +97,58 @@ def _first_step(first: StepRecord | None) -> dict[str, Any] | None:
             "device_seconds": device.seconds if device else None}
 
 
-def _stage_summary(steps: list[StepRecord]) -> dict[str, Any]:
+def _stage_summary(reports: list[BatchReport]) -> dict[str, Any]:
     """Seconds per stage summed over batches, worker-side and main-process-side, and the
     worker side in wall time (divided by how many workers ran at once)."""
     worker: dict[str, float] = {}
     main: dict[str, float] = {}
-    spans, inline = [], True
-    for r in steps:
-        inline = inline and request_kind(r.loader) in ("inline", "unknown")
-        timing = worker_timing(r.loader)
-        for stage, seconds in stage_seconds(timing.get("stages")).items():
+    for report in reports:
+        for stage, seconds in report.worker.items():
             worker[stage] = worker.get(stage, 0.0) + seconds
-        for stage, seconds in stage_seconds((r.loader or {}).get("main")).items():
+        for stage, seconds in report.main.items():
             main[stage] = main.get(stage, 0.0) + seconds
-        if _numbers(timing, "start", "end"):
-            spans.append((timing["start"], timing["end"]))
+    spans = [(r.span[1], r.span[2]) for r in reports if r.span and r.kind != INLINE]
     parallel = worker_parallelism(spans) if spans else 1.0
+    inline = bool(worker) and all(r.kind != READY and r.kind != EMPTY for r in reports)
     return {"worker_seconds": worker, "main_seconds": main, "worker_parallelism": parallel,
             "worker_wall_seconds": {k: v / parallel for k, v in worker.items()},
-            "built_in_training_process": inline and bool(worker)}
+            "built_in_training_process": inline}
 
 
-def _queue(steps: list[StepRecord]) -> dict[str, Any] | None:
+def _queue(reports: list[BatchReport]) -> dict[str, Any] | None:
     """Prefetch queue depth at the requests, where the loader reported one (workers)."""
-    depths, capacity = [], 0
-    for r in steps:
-        if request_kind(r.loader) in ("ready", "empty"):
-            queue = queue_of(r.loader)
-            depths.append(queue["ready"])
-            capacity = max(capacity, queue["capacity"])
-    if not depths:
+    queued = [r for r in reports if r.kind in (READY, EMPTY)]
+    if not queued:
         return None
+    capacity = max(r.capacity for r in queued)
+    depths = [r.ready for r in queued]
     return {"mean_ready": float(np.mean(depths)), "capacity": capacity,
             "empty_fraction": float(np.mean([d == 0 for d in depths])),
             "full_fraction": float(np.mean([d >= capacity for d in depths]))}
 
 
-def _timeline(rec: Recording, first: StepRecord | None) -> list[dict[str, Any]]:
+def _timeline(rec: Recording, reports: list[BatchReport],
+              first: StepRecord | None) -> list[dict[str, Any]]:
     out = []
     for r in rec.steps:
-        ready = queue_of(r.loader).get("ready")
         device = None
         if r.device is not None and rec.device_origin is not None:
             device = {"start": rec.device_origin - rec.started + r.device.request,
                       "wait": r.device.wait, "seconds": r.device.seconds}
         out.append({"step": r.index, "kind": r.kind, "start": r.start - rec.started,
-                    "wait": r.wait, "seconds": _duration(r),
-                    "queue": ready if isinstance(ready, (int, float)) else None,
+                    "wait": r.wait, "seconds": _duration(r), "queue": reports[r.index].ready,
                     "first": r is first, "device": device})
     return out
 
 
-def _worker_spans(rec: Recording) -> list[dict[str, Any]]:
+def _worker_spans(rec: Recording, reports: list[BatchReport]) -> list[dict[str, Any]]:
     spans = []
-    for r in rec.steps:
-        timing = worker_timing(r.loader)
-        if _numbers(timing, "pid", "start", "end"):
-            spans.append({"batch": (r.loader or {}).get("batch"), "pid": timing["pid"],
-                          "start": timing["start"] - rec.started,
-                          "end": timing["end"] - rec.started,
-                          "stages": stage_seconds(timing.get("stages"))})
+    for report in reports:
+        if report.span is not None:
+            pid, start, end = report.span
+            spans.append({"batch": report.batch, "pid": pid, "start": start - rec.started,
+                          "end": end - rec.started, "stages": report.worker})
     return spans
-
-
-def _numbers(record: dict[str, Any], *keys: str) -> bool:
-    return all(isinstance(record.get(k), (int, float)) for k in keys)
 
 
 def _probe_cycles(steps: list[StepRecord], kind: str, on_device: bool) -> float | None:

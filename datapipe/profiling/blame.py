@@ -17,49 +17,18 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from datapipe.profiling.batch_report import EMPTY, INLINE, READY, BatchReport
+
 LOADER = "loader"              # producer time no stage accounts for (DALI, plain iterables)
 HANDOFF = "hand-off"           # main-process time, batch ready, that no stage accounts for
 DEVICE_INPUT = "device input"  # the device waiting for the copy or running input transforms
 MAIN = " (main)"               # suffix of a main-process stage, as the report shows it
 
-# How the batch was obtained at the request (the queue depth the loader reported).
-READY, EMPTY, INLINE, UNKNOWN = "ready", "empty", "inline", "unknown"
 
-
-def stage_seconds(values: Any) -> dict[str, float]:
-    """A stage -> seconds mapping, whatever the loader put there (None, missing, odd values)."""
-    if not isinstance(values, dict):
-        return {}
-    return {str(k): float(v) for k, v in values.items()
-            if isinstance(v, (int, float)) and v > 0}
-
-
-def queue_of(loader: dict[str, Any] | None) -> dict[str, Any]:
-    queue = (loader or {}).get("queue")
-    return queue if isinstance(queue, dict) else {}
-
-
-def worker_timing(loader: dict[str, Any] | None) -> dict[str, Any]:
-    timing = (loader or {}).get("worker")
-    return timing if isinstance(timing, dict) else {}
-
-
-def request_kind(loader: dict[str, Any] | None) -> str:
-    queue = queue_of(loader)
-    ready, capacity = queue.get("ready"), queue.get("capacity")
-    if not isinstance(ready, (int, float)) or not isinstance(capacity, (int, float)):
-        return UNKNOWN
-    if capacity == 0:  # no workers: batches built on request, in this process
-        return INLINE
-    return READY if ready > 0 else EMPTY
-
-
-def culprits(loader: dict[str, Any] | None, host_wait: float) -> tuple[dict[str, float], str]:
-    """Host seconds of one request's wait per stage, and how the batch was obtained."""
-    loader = loader or {}
-    kind = request_kind(loader)
-    weights = {f"{k}{MAIN}": v for k, v in stage_seconds(loader.get("main")).items()}
-    worker = stage_seconds(worker_timing(loader).get("stages"))
+def culprits(report: BatchReport, host_wait: float) -> dict[str, float]:
+    """Host seconds of one request's wait per stage."""
+    weights = {f"{k}{MAIN}": v for k, v in report.main.items()}
+    worker, kind = report.worker, report.kind
     rest = max(0.0, host_wait - sum(weights.values()))
     if kind == INLINE and worker:
         for stage, seconds in worker.items():
@@ -75,7 +44,7 @@ def culprits(loader: dict[str, Any] | None, host_wait: float) -> tuple[dict[str,
         rest = 0.0
     if rest > 0:
         weights[LOADER] = weights.get(LOADER, 0.0) + rest
-    return weights, kind
+    return weights
 
 
 def _scaled(weights: dict[str, float], host_wait: float, wait: float) -> dict[str, float]:
@@ -88,19 +57,18 @@ def _scaled(weights: dict[str, float], host_wait: float, wait: float) -> dict[st
     return out
 
 
-def critical_path(loaders: list[dict[str, Any] | None], host_waits: list[float],
+def critical_path(reports: list[BatchReport], host_waits: list[float],
                   waits: list[float]) -> dict[str, Any]:
     """Seconds of waiting per stage over the steps, and how much of it each kind of request
     (queue ready, empty, inline, unknown) accounts for."""
     seconds: dict[str, float] = defaultdict(float)
     by_kind: dict[str, float] = defaultdict(float)
-    for loader, host_wait, wait in zip(loaders, host_waits, waits, strict=True):
+    for report, host_wait, wait in zip(reports, host_waits, waits, strict=True):
         if wait <= 0:
             continue
-        weights, kind = culprits(loader, host_wait)
-        for stage, share in _scaled(weights, host_wait, wait).items():
+        for stage, share in _scaled(culprits(report, host_wait), host_wait, wait).items():
             seconds[stage] += share
-        by_kind[kind] += wait
+        by_kind[report.kind] += wait
     total = sum(seconds.values())
     return {"seconds": dict(seconds), "total": total,
             "by_request": {k: v / total for k, v in by_kind.items()} if total else {}}

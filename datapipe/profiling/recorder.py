@@ -112,8 +112,7 @@ class Profiler:
                 device.handover()
             record.loader, self._last_loader_record = self._last_loader_record, None
             self._last_batch = batch
-            self._current = record
-            self.recording.steps.append(record)
+            self._append(record)
             yield batch
 
     def step(self) -> None:
@@ -123,6 +122,11 @@ class Profiler:
     def on_batch(self, record: dict[str, Any]) -> None:
         """Called by datapipe loaders as each batch is handed out."""
         self._last_loader_record = record
+
+    def _append(self, record: StepRecord) -> None:
+        record.index = len(self.recording.steps)  # the analysis relies on index = position
+        self._current = record
+        self.recording.steps.append(record)
 
     def _end_current(self, now: float) -> None:
         if self._current is not None and self._current.end is None:
@@ -177,8 +181,7 @@ class Profiler:
                 if self._device is not None:
                     self._device.request(record, now)
                     self._device.handover()
-                self._current = record
-                self.recording.steps.append(record)
+                self._append(record)
                 yield probe
                 self._end_current(time.perf_counter())
 
