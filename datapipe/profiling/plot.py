@@ -23,8 +23,9 @@ def _bars(timeline: list[dict[str, Any]]) -> str:
     parts = []
     for i, s in enumerate(timeline):
         x = PAD + i * bw
-        total = min(s["seconds"], top) / top * span
-        wait = min(s["wait"], top) / top * span
+        shown = min(s["seconds"], top)  # a step off the scale is drawn cut to its top
+        total = shown / top * span
+        wait = s["wait"] * (shown / s["seconds"] if s["seconds"] else 0.0) / top * span
         colour = COMPUTE if s["kind"] == "normal" else PROBE
         parts.append(f'<rect x="{x:.1f}" y="{H - PAD - total:.1f}" width="{max(bw - 1, 1):.1f}" '
                      f'height="{max(total - wait, 0):.1f}" fill="{colour}"><title>step '

@@ -47,8 +47,10 @@ def _timing_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
                                    f"max {frac['max']:.1%})"),
     ]
     if on_device:
-        rows.append(("host waiting, for comparison", f"{r['host_exposed_input_fraction']:.1%} "
-                     "of step time (the GPU ran queued work meanwhile)"))
+        host = r["host_exposed_input_fraction"]
+        hidden = " (the GPU ran queued work meanwhile)" if \
+            host > r["exposed_input_fraction"] + 0.01 else ""
+        rows.append(("host waiting, for comparison", f"{host:.1%} of step time{hidden}"))
         rows.append(("GPU step p50 / p95 / max", _three(r["device_step_seconds"])))
         rows.append(("GPU idle for data p50 / p95 / max", _three(r["device_wait_seconds"])))
     rows.append(("step time p50 / p95 / max", _three(r["step_seconds"])))
@@ -66,9 +68,10 @@ def _loader_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     rows = []
     path = r["critical_path"]
     if path["total"]:
-        top = sorted(path["seconds"].items(), key=lambda kv: -kv[1])[:BLAMED_STAGES_SHOWN]
-        rows.append(("waiting blamed on", ", ".join(f"{k} {v / path['total']:.0%}"
-                                                    for k, v in top)))
+        shares = sorted(((v / path["total"], k) for k, v in path["seconds"].items()),
+                        reverse=True)[:BLAMED_STAGES_SHOWN]
+        rows.append(("waiting blamed on", ", ".join(f"{k} {share:.0%}" for share, k in shares
+                                                    if share >= 0.005)))
     stages = r["stages"]
     if stages["built_in_training_process"]:
         rows.append(("batch stages (no workers)", _seconds(stages["worker_seconds"])))
