@@ -135,8 +135,10 @@ def _timeline(rec: Recording, reports: list[BatchReport],
         if r.device is not None and rec.device_origin is not None:
             device = {"start": rec.device_origin - rec.started + r.device.request,
                       "wait": r.device.wait, "seconds": r.device.seconds}
+        report = reports[r.index]
         out.append({"step": r.index, "kind": r.kind, "start": r.start - rec.started,
-                    "wait": r.wait, "seconds": _duration(r), "queue": reports[r.index].ready,
+                    "wait": r.wait, "seconds": _duration(r),
+                    "queue": report.ready if report.kind in (READY, EMPTY) else None,
                     "first": r is first, "device": device})
     return out
 
@@ -167,7 +169,7 @@ def _probes(steps: list[StepRecord], m: _Measure, exposed: float,
     oracle, scaled = _probe_cycles(steps, "oracle", on_device), \
         _probe_cycles(steps, "scaled", on_device)
     out: dict[str, Any] = {}
-    if oracle and m.seconds:
+    if oracle and sum(m.seconds) > 0:
         out["oracle_step_seconds"] = oracle
         out["speedup_with_perfect_input"] = float(np.median(m.seconds)) / oracle
         out["oracle"] = oracle_agreement(1 - oracle / float(np.mean(m.seconds)), exposed,
