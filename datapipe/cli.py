@@ -281,10 +281,16 @@ def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: i
 @click.option("--scaling-test", is_flag=True,
               help="Insert a few steps at 2x the batch to tell overhead- from compute-bound.")
 @click.option("--oracle", is_flag=True,
-              help="Insert a few steps replaying a cached batch: a perfect input pipeline.")
+              help="Insert a few steps replaying a cached batch (a perfect input pipeline); "
+              "the report says whether their speed-up agrees with the measured starvation.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[str, ...]) -> None:
-    """Run COMMAND (e.g. -- python train.py ARGS) with its datapipe loaders profiled."""
+    """Run COMMAND (e.g. -- python train.py ARGS) with its datapipe loaders profiled.
+
+    Where COMMAND uses CUDA, starvation is the GPU's idle time for want of data (CUDA events).
+    If COMMAND fails, the report is marked partial, with no verdict, and its exit status is
+    passed on (128 + N for a signal).
+    """
     import os
     import signal
     import subprocess
