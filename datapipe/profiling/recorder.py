@@ -64,7 +64,10 @@ class Profiler:
             self._use_device(device_clock, type(device_clock).__name__)
         self._utilization = UtilizationSampler.create()
         self._finished = False
-        self._probes_done = False
+        # Probes still to run: the batch they replay is kept until then, and no longer (it
+        # may hold a shared-memory slot or a GPU tensor).
+        self._probes_done = not (settings.oracle or settings.scaling_test)
+        self._last_batch: Any = None
         self._results: dict[str, Any] | None = None
 
     # --- the loop side -----------------------------------------------------------------
@@ -111,7 +114,8 @@ class Profiler:
             if device is not None:
                 device.handover()
             record.loader, self._last_loader_record = self._last_loader_record, None
-            self._last_batch = batch
+            if not self._probes_done:
+                self._last_batch = batch
             self._append(record)
             yield batch
 
@@ -159,14 +163,14 @@ class Profiler:
     # --- probes ------------------------------------------------------------------------
 
     def _probes_due(self) -> bool:
-        if self._probes_done or not (self.settings.oracle or self.settings.scaling_test):
+        if self._probes_done:
             return False
         return len(self.recording.steps) >= self.settings.warmup_steps
 
     def _run_probes(self) -> Iterator[Any]:
         """Replay the last batch (no loading at all), then the batch doubled."""
         self._probes_done = True
-        batch = self._last_batch
+        batch, self._last_batch = self._last_batch, None
         plans = [("oracle", batch)]
         if self.settings.scaling_test:
             doubled = double_batch(batch)

@@ -178,3 +178,23 @@ def test_token_loader_is_profiled_too(tmp_path: Path) -> None:
     with dp.TokenLoader(tmp_path / "t", max_tokens=256, num_workers=1) as loader:
         result = _run(loader, lambda b: _busy(0.002))
     assert "read" in result["stages"]["worker_seconds"]
+
+
+def test_the_profiler_keeps_no_batch_alive() -> None:
+    # Batches may hold a shared-memory slot or GPU memory: only the probes need one, once.
+    import gc
+    import weakref
+
+    def batches():
+        for _ in range(8):
+            yield torch.zeros(4)
+
+    for probes in ({}, {"oracle": True}):
+        with dp.profile(**probes) as prof:
+            for batch in prof.wrap(batches()):
+                last = weakref.ref(batch)
+                prof.step()
+        del batch
+        gc.collect()
+        assert last() is None, probes
+        assert prof.results()["steps"] == 8
