@@ -2,7 +2,7 @@
 """The profiler against the truth on a GPU: its starvation figure beside 1 - img/s / synthetic.
 
     .venv/bin/python benchmarks/bench_profiler_gpu.py [--photos DIR | --shards DIR]
-        [--models resnet18,resnet50] [--decoders cpu,dali] [--steps 100] [--batch-size 256]
+        [--models resnet18,resnet50] [--decoders cpu,dali] [--steps 200] [--batch-size 256]
         [--workers N] [--sync-every 10] [--require-cuda]
 
 Per torchvision model (channels-last, bf16 autocast, SGD with momentum, the loss read every
@@ -250,11 +250,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add = parser.add_argument
     add("--photos", type=Path, help="existing ImageFolder (default: bench-data/photos-COUNT, "
         "made with tools/make_photos.py if missing), converted once and cached")
-    add("--count", type=int, default=4000, help="photos to make without --photos (4000)")
+    add("--count", type=int, default=2000, help="photos to make without --photos (2000, "
+        "bench_gpu's set)")
     add("--shards", type=Path, help="an existing `datapipe convert images` output")
     add("--models", default="resnet18,resnet50", help="torchvision models, comma-separated")
     add("--decoders", default="cpu,dali", help="comma-separated: cpu, dali")
-    add("--steps", type=int, default=100, help="timed steps per run (100)")
+    add("--steps", type=int, default=200, help="timed steps per run (200)")
     add("--batch-size", type=int, default=BATCH, help=f"images per batch ({BATCH})")
     add("--workers", type=int, default=cores(), help="loader processes or DALI threads "
         "(all cores)")
