@@ -2,8 +2,9 @@
 
 DATAPIPE_PROFILE=PREFIX makes every datapipe loader iterate through one process-wide profiler;
 when the script exits, PREFIX.json, PREFIX.trace.json, PREFIX.html and PREFIX.txt are written.
-The command's side (`outputs`, `exit_reason`, `exit_status`) is here too: it reads what the
-script wrote, and withdraws the verdict when the script did not finish.
+What the command itself needs is here too: the file names (`outputs`, `text_path`) and how
+the script ended (`exit_reason`, `exit_status`); a script that did not finish gets its verdict
+withdrawn (`report.withdraw_verdict`).
 """
 
 from __future__ import annotations

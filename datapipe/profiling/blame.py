@@ -35,7 +35,8 @@ def culprits(report: BatchReport, host_wait: float) -> dict[str, float]:
             weights[stage] = weights.get(stage, 0.0) + seconds
         rest = max(0.0, rest - sum(worker.values()))
     elif kind == READY:  # the batch was there: the rest is receiving it, in this process
-        weights[f"{HANDOFF}{MAIN}"] = rest
+        if rest > 0:
+            weights[f"{HANDOFF}{MAIN}"] = rest
         rest = 0.0
     elif kind == EMPTY and worker:
         mix = sum(worker.values())
