@@ -95,6 +95,29 @@ def test_device_idle_behind_slow_workers_blames_decode(shards: Path, slow_decode
     assert result["critical_path"]["by_request"]["empty"] > 0.5
 
 
+def test_device_side_input_work_is_blamed_when_the_host_did_not_wait() -> None:
+    # The batch comes at once, but the loader queues 6 ms of device work on it (the copy, a
+    # device transform) ahead of the step's 12 ms: the device spends a third on the input.
+    device = FakeDevice()
+
+    def batches():
+        for i in range(14):
+            device.launch(0.006)
+            yield i
+
+    with dp.profile(device_clock=device) as prof:
+        for _ in prof.wrap(batches()):
+            device.launch(0.012)
+            device.synchronize()
+            prof.step()
+    result = prof.results()
+    assert result["host_exposed_input_fraction"] < 0.05
+    assert result["exposed_input_fraction"] == pytest.approx(1 / 3, abs=0.05)
+    assert result["verdict"]["stage"] == "device input"
+    assert "the device waited for the batch's copy or ran input transforms" in \
+        result["verdict"]["text"]
+
+
 def test_device_marks_are_read_during_the_run_not_all_at_the_end() -> None:
     device = FakeDevice()
     resolved_early = []
