@@ -170,10 +170,11 @@ def _probes(steps: list[StepRecord], m: _Measure, exposed: float,
         _probe_cycles(steps, "scaled", on_device)
     out: dict[str, Any] = {}
     if oracle and sum(m.seconds) > 0:
+        # The mean step, as the starvation figure (summed waits over summed steps) uses.
+        mean = float(np.mean(m.seconds))
         out["oracle_step_seconds"] = oracle
-        out["speedup_with_perfect_input"] = float(np.median(m.seconds)) / oracle
-        out["oracle"] = oracle_agreement(1 - oracle / float(np.mean(m.seconds)), exposed,
-                                         settings)
+        out["speedup_with_perfect_input"] = mean / oracle
+        out["oracle"] = oracle_agreement(1 - oracle / mean, exposed, settings)
     if oracle and scaled:
         out["scaled_step_seconds"] = scaled
         out["growth_at_2x_batch"] = scaled / oracle
