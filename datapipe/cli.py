@@ -292,8 +292,6 @@ def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[st
     passed on (128 + N for a signal).
     """
     import os
-    import signal
-    import subprocess
 
     from datapipe.profiling.auto import (
         ENV_ORACLE,
@@ -307,30 +305,11 @@ def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[st
     from datapipe.profiling.report import withdraw_verdict
 
     target = Path(prefix).resolve()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ArgumentError(f"--out {prefix}: cannot create {target.parent}: "
-                            f"{exc.strerror}") from None
     settings, report = outputs(target), text_path(target)
-    for stale in (report, settings.report, settings.trace, settings.html):
-        try:  # files left from an earlier run are not this run's
-            stale.unlink(missing_ok=True)
-        except OSError as exc:
-            raise ArgumentError(f"--out {prefix}: cannot replace {stale}: {exc.strerror}") \
-                from None
-    env = {**os.environ, ENV_PREFIX: str(target),
-           ENV_SCALING: "1" if scaling_test else "0",
-           ENV_ORACLE: "1" if oracle or scaling_test else "0"}
-    # Ctrl-C reaches the command too: it is the command's to handle, and this process reports
-    # how the command ended. (A handler, unlike SIG_IGN, is not inherited by the command.)
-    previous = signal.signal(signal.SIGINT, lambda *_: None)
-    try:
-        code = subprocess.call(list(command), env=env)
-    except OSError as exc:
-        raise click.UsageError(f"cannot run {command[0]!r}: {exc.strerror}") from None
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    _clear_profile(prefix, [report, settings.report, settings.trace, settings.html])
+    code = _run_command(command, {**os.environ, ENV_PREFIX: str(target),
+                                  ENV_SCALING: "1" if scaling_test else "0",
+                                  ENV_ORACLE: "1" if oracle or scaling_test else "0"})
     failed = exit_reason(code)
     text = withdraw_verdict(settings, report, failed) if failed else \
         report.read_text().rstrip() if report.is_file() else None
@@ -345,6 +324,37 @@ def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[st
         click.echo("datapipe profile: the command iterated no datapipe loader; nothing to "
                    "report", err=True)
     sys.exit(exit_status(code))
+
+
+def _clear_profile(prefix: str, files: list[Path]) -> None:
+    """Make --out's directory and remove an earlier run's files: they are not this run's."""
+    try:
+        files[0].parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArgumentError(f"--out {prefix}: cannot create {files[0].parent}: "
+                            f"{exc.strerror}") from None
+    for stale in files:
+        try:
+            stale.unlink(missing_ok=True)
+        except OSError as exc:
+            raise ArgumentError(f"--out {prefix}: cannot replace {stale}: {exc.strerror}") \
+                from None
+
+
+def _run_command(command: tuple[str, ...], env: dict[str, str]) -> int:
+    """The command's exit status (negative: the signal that killed it)."""
+    import signal
+    import subprocess
+
+    # Ctrl-C reaches the command too: it is the command's to handle, and this process reports
+    # how the command ended. (A handler, unlike SIG_IGN, is not inherited by the command.)
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        return subprocess.call(list(command), env=env)
+    except OSError as exc:
+        raise click.UsageError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @cli.command("doctor", context_settings=CONTEXT)

@@ -241,3 +241,12 @@ for epoch in range(10_000):
     assert out.startswith("datapipe profile: no verdict: the command was killed by signal 2 "
                           "(SIGINT): the script raised KeyboardInterrupt"), out
     assert "datapipe: interrupted" not in err
+
+
+def test_cli_a_command_that_cannot_run_is_one_line(tmp_path: Path) -> None:
+    not_executable = tmp_path / "train.sh"
+    not_executable.write_text("echo hi\n")
+    for program in (tmp_path / "missing", not_executable):
+        result = run_cli_process("profile", "--out", tmp_path / "prof", "--", program)
+        assert result.returncode == 2, result.stderr
+        assert f"cannot run '{program}'" in result.stderr and "Traceback" not in result.stderr
