@@ -104,7 +104,8 @@ def test_plain_torch_dataloader_input_bound_and_compute_bound() -> None:
     assert result["verdict"]["regime"] == "input-bound"
     assert any("stage times need a datapipe loader" in n for n in result["notes"])
     fast = torch.utils.data.DataLoader(SlowDataset(0.0), batch_size=4)
-    fast_result = _run(fast, lambda b: _busy(0.01), moderately_input_bound=0.15)
+    # 30 ms steps, as in the Loader case: a loaded machine can stall a fetch for a millisecond.
+    fast_result = _run(fast, lambda b: _busy(0.03), moderately_input_bound=0.15)
     assert fast_result["verdict"]["regime"] == "compute-bound"
 
 
