@@ -294,38 +294,80 @@ def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: i
 @click.option("--scaling-test", is_flag=True,
               help="Insert a few steps at 2x the batch to tell overhead- from compute-bound.")
 @click.option("--oracle", is_flag=True,
-              help="Insert a few steps replaying a cached batch: a perfect input pipeline.")
+              help="Insert a few steps replaying a cached batch (a perfect input pipeline); "
+              "the report says whether their speed-up agrees with the measured starvation.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[str, ...]) -> None:
-    """Run COMMAND (e.g. -- python train.py ARGS) with its datapipe loaders profiled."""
-    import os
-    import subprocess
+    """Run COMMAND (e.g. -- python train.py ARGS) with its datapipe loaders profiled.
 
-    from datapipe.profiling.auto import ENV_ORACLE, ENV_PREFIX, ENV_SCALING
+    Where COMMAND uses CUDA, starvation is the GPU's idle time for want of data (CUDA events).
+    If COMMAND fails, the report is marked partial, with no verdict, and its exit status is
+    passed on (128 + N for a signal).
+    """
+    import os
+
+    from datapipe.profiling.auto import (
+        ENV_ORACLE,
+        ENV_PREFIX,
+        ENV_SCALING,
+        exit_reason,
+        exit_status,
+        outputs,
+        text_path,
+    )
+    from datapipe.profiling.report import withdraw_verdict
 
     target = Path(prefix).resolve()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ArgumentError(f"--out {prefix}: cannot create {target.parent}: "
-                            f"{exc.strerror}") from None
-    report = Path(f"{prefix}.txt")
-    report.unlink(missing_ok=True)  # a report left from an earlier run is not this run's
-    env = {**os.environ, ENV_PREFIX: str(target),
-           ENV_SCALING: "1" if scaling_test else "0",
-           ENV_ORACLE: "1" if oracle or scaling_test else "0"}
-    try:
-        code = subprocess.call(list(command), env=env)
-    except FileNotFoundError:
-        raise click.UsageError(f"cannot run {command[0]!r}: no such program") from None
-    if report.is_file():
-        click.echo(report.read_text().rstrip())
+    settings, report = outputs(target), text_path(target)
+    _clear_profile(prefix, [report, settings.report, settings.trace, settings.html])
+    code = _run_command(command, {**os.environ, ENV_PREFIX: str(target),
+                                  ENV_SCALING: "1" if scaling_test else "0",
+                                  ENV_ORACLE: "1" if oracle or scaling_test else "0"})
+    failed = exit_reason(code)
+    text = withdraw_verdict(settings, report, failed) if failed else \
+        report.read_text().rstrip() if report.is_file() else None
+    if text:
+        click.echo(text)
         click.echo(f"files: {prefix}.json, {prefix}.trace.json (open in ui.perfetto.dev), "
                    f"{prefix}.html")
+    elif failed:
+        click.echo(f"datapipe profile: {failed} before writing a profile; nothing to report",
+                   err=True)
     else:
         click.echo("datapipe profile: the command iterated no datapipe loader; nothing to "
                    "report", err=True)
-    sys.exit(code)
+    sys.exit(exit_status(code))
+
+
+def _clear_profile(prefix: str, files: list[Path]) -> None:
+    """Make --out's directory and remove an earlier run's files: they are not this run's."""
+    try:
+        files[0].parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArgumentError(f"--out {prefix}: cannot create {files[0].parent}: "
+                            f"{exc.strerror}") from None
+    for stale in files:
+        try:
+            stale.unlink(missing_ok=True)
+        except OSError as exc:
+            raise ArgumentError(f"--out {prefix}: cannot replace {stale}: {exc.strerror}") \
+                from None
+
+
+def _run_command(command: tuple[str, ...], env: dict[str, str]) -> int:
+    """The command's exit status (negative: the signal that killed it)."""
+    import signal
+    import subprocess
+
+    # Ctrl-C reaches the command too: it is the command's to handle, and this process reports
+    # how the command ended. (A handler, unlike SIG_IGN, is not inherited by the command.)
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        return subprocess.call(list(command), env=env)
+    except OSError as exc:
+        raise click.UsageError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @cli.command("doctor", context_settings=CONTEXT)
