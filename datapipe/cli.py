@@ -94,16 +94,26 @@ def _report(result: Any, noun: str, rate: str) -> None:
 @click.option("--quality", default=90, show_default=True, type=int, help="JPEG quality.")
 @click.option("--encoding", type=click.Choice(["jpeg", "raw"]), default="jpeg",
               show_default=True, help="Store JPEG, or raw uint8 RGB pixels (no decode at load).")
+@click.option("--max-pixels", default=89_478_485, show_default=True, type=int,  # PIL's limit
+              help="Reject an image whose stored or resized size (width x height) is over this "
+              "many pixels, judged from its header before decoding; the default is PIL's "
+              "decompression-bomb limit.")
 @click.option("--workers", default=0, type=int, help="Processes; 0 = all cores.")
 @_output_options
 def convert_images_cmd(src: Path, out: Path, short_side: int, quality: int, encoding: str,
-                       workers: int, **output: Any) -> None:
-    """Convert an image folder (SRC/<class>/<file>) or a CSV/JSONL list (path,label,...)."""
+                       max_pixels: int, workers: int, **output: Any) -> None:
+    """Convert an image folder (SRC/<class>/<file>) or a CSV/JSONL list (path,label,...).
+
+    Every input is converted or listed in OUT/rejects.jsonl with a reason: symlinks are
+    followed (a dangling or looping one is a reject), hidden entries ('.' names) and folders
+    that cannot be read are rejects, and so is any file that is not an image.
+    """
     from datapipe.system import available_cores
     from preprocess.image_ops import ImageSettings
     from preprocess.images import convert_images
 
-    settings = ImageSettings(short_side=short_side, quality=quality, encoding=encoding)
+    settings = ImageSettings(short_side=short_side, quality=quality, encoding=encoding,
+                             max_pixels=max_pixels)
     options = _make_output_options(out, **output)
     if workers < 0:
         raise click.BadParameter(f"must be >= 0, got {workers}", param_hint="--workers")
@@ -249,15 +259,18 @@ def verify_cmd(dataset: Path) -> None:
 @click.option("--ceiling", is_flag=True,
               help="Also measure plain decode of every stored image on all workers (with "
               "--batches, of as many as the loader delivered).")
+@click.option("--verify", type=click.Choice(["cheap", "open"]), default="cheap",
+              show_default=True, help="The loader's checks: 'open' also hashes every shard "
+              "against the manifest at start-up (counted in the first batch's time).")
 def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: int, epochs: int,
-              batches: int, ceiling: bool) -> None:
+              batches: int, ceiling: bool, verify: str) -> None:
     """Measure the loader's samples/s on DATASET with these settings."""
     from datapipe.bench import bench_loader, ceiling_decoder, decode_ceiling
     from datapipe.system import available_cores
 
     workers = workers or available_cores()
     result = bench_loader(dataset, batch_size=batch_size, num_workers=workers, decode=decode,
-                          crop=crop, epochs=epochs, batches=batches)
+                          crop=crop, epochs=epochs, batches=batches, verify=verify)
     if result.batches == 0:  # the clock starts after the first batch
         raise ArgumentError(f"{dataset}: {epochs} epoch(s) of batch {batch_size} make at "
                             "most one batch, and the clock starts after the first; give more "
@@ -265,7 +278,7 @@ def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: i
     click.echo(f"{result.samples_per_second:,.0f} samples/s ({result.samples:,} samples in "
                f"{result.batches} batches, {result.seconds:.2f} s; first batch after "
                f"{result.first_batch_seconds:.2f} s) with decode={decode}, {workers} workers, "
-               f"batch {batch_size}, RandomResizedCrop({crop}) + flip")
+               f"batch {batch_size}, RandomResizedCrop({crop}) + flip, verify={verify}")
     if ceiling:
         # With --batches, the ceiling decodes as many images as the loader delivered.
         top = decode_ceiling(dataset, workers, limit=(batches + 1) * batch_size or None)
@@ -281,38 +294,80 @@ def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: i
 @click.option("--scaling-test", is_flag=True,
               help="Insert a few steps at 2x the batch to tell overhead- from compute-bound.")
 @click.option("--oracle", is_flag=True,
-              help="Insert a few steps replaying a cached batch: a perfect input pipeline.")
+              help="Insert a few steps replaying a cached batch (a perfect input pipeline); "
+              "the report says whether their speed-up agrees with the measured starvation.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[str, ...]) -> None:
-    """Run COMMAND (e.g. -- python train.py ARGS) with its datapipe loaders profiled."""
-    import os
-    import subprocess
+    """Run COMMAND (e.g. -- python train.py ARGS) with its datapipe loaders profiled.
 
-    from datapipe.profiling.auto import ENV_ORACLE, ENV_PREFIX, ENV_SCALING
+    Where COMMAND uses CUDA, starvation is the GPU's idle time for want of data (CUDA events).
+    If COMMAND fails, the report is marked partial, with no verdict, and its exit status is
+    passed on (128 + N for a signal).
+    """
+    import os
+
+    from datapipe.profiling.auto import (
+        ENV_ORACLE,
+        ENV_PREFIX,
+        ENV_SCALING,
+        exit_reason,
+        exit_status,
+        outputs,
+        text_path,
+    )
+    from datapipe.profiling.report import withdraw_verdict
 
     target = Path(prefix).resolve()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ArgumentError(f"--out {prefix}: cannot create {target.parent}: "
-                            f"{exc.strerror}") from None
-    report = Path(f"{prefix}.txt")
-    report.unlink(missing_ok=True)  # a report left from an earlier run is not this run's
-    env = {**os.environ, ENV_PREFIX: str(target),
-           ENV_SCALING: "1" if scaling_test else "0",
-           ENV_ORACLE: "1" if oracle or scaling_test else "0"}
-    try:
-        code = subprocess.call(list(command), env=env)
-    except FileNotFoundError:
-        raise click.UsageError(f"cannot run {command[0]!r}: no such program") from None
-    if report.is_file():
-        click.echo(report.read_text().rstrip())
+    settings, report = outputs(target), text_path(target)
+    _clear_profile(prefix, [report, settings.report, settings.trace, settings.html])
+    code = _run_command(command, {**os.environ, ENV_PREFIX: str(target),
+                                  ENV_SCALING: "1" if scaling_test else "0",
+                                  ENV_ORACLE: "1" if oracle or scaling_test else "0"})
+    failed = exit_reason(code)
+    text = withdraw_verdict(settings, report, failed) if failed else \
+        report.read_text().rstrip() if report.is_file() else None
+    if text:
+        click.echo(text)
         click.echo(f"files: {prefix}.json, {prefix}.trace.json (open in ui.perfetto.dev), "
                    f"{prefix}.html")
+    elif failed:
+        click.echo(f"datapipe profile: {failed} before writing a profile; nothing to report",
+                   err=True)
     else:
         click.echo("datapipe profile: the command iterated no datapipe loader; nothing to "
                    "report", err=True)
-    sys.exit(code)
+    sys.exit(exit_status(code))
+
+
+def _clear_profile(prefix: str, files: list[Path]) -> None:
+    """Make --out's directory and remove an earlier run's files: they are not this run's."""
+    try:
+        files[0].parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArgumentError(f"--out {prefix}: cannot create {files[0].parent}: "
+                            f"{exc.strerror}") from None
+    for stale in files:
+        try:
+            stale.unlink(missing_ok=True)
+        except OSError as exc:
+            raise ArgumentError(f"--out {prefix}: cannot replace {stale}: {exc.strerror}") \
+                from None
+
+
+def _run_command(command: tuple[str, ...], env: dict[str, str]) -> int:
+    """The command's exit status (negative: the signal that killed it)."""
+    import signal
+    import subprocess
+
+    # Ctrl-C reaches the command too: it is the command's to handle, and this process reports
+    # how the command ended. (A handler, unlike SIG_IGN, is not inherited by the command.)
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        return subprocess.call(list(command), env=env)
+    except OSError as exc:
+        raise click.UsageError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @cli.command("doctor", context_settings=CONTEXT)

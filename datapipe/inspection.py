@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.format.dataset import Dataset
-from datapipe.format.hashing import hash_file
+from datapipe.format.integrity import shard_file_problem
 from datapipe.format.manifest import Manifest
 
 
@@ -64,14 +64,9 @@ def verify(directory: str | Path, progress: Any = None) -> tuple[Manifest, list[
     manifest = Manifest.load(directory)
     problems = []
     for shard in manifest.shards:
-        path = Path(directory) / shard.name
-        if not path.is_file():
-            problems.append(ShardProblem(shard.name, "missing"))
-        elif path.stat().st_size != shard.bytes:
-            problems.append(ShardProblem(
-                shard.name, f"size {path.stat().st_size} bytes, manifest says {shard.bytes}"))
-        elif hash_file(path) != shard.hash:
-            problems.append(ShardProblem(shard.name, "content hash differs from the manifest"))
+        problem = shard_file_problem(Path(directory) / shard.name, shard)
+        if problem is not None:
+            problems.append(ShardProblem(shard.name, problem))
         if progress is not None:
             progress(shard.bytes)
     return manifest, problems

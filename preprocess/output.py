@@ -1,22 +1,27 @@
 """One conversion's output directory: prepare or resume it, journal shards, finish it.
 
 Everything a converter writes goes through here, so every converter gets the same guarantees:
-atomic shards, resume after a kill, rejects listed in OUT/rejects.jsonl, manifest written last.
+one writer at a time, atomic shards, resume after a kill or a full disk, rejects listed in
+OUT/rejects.jsonl, manifest written last.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datapipe.errors import ArgumentError, DataError
+from datapipe.errors import ArgumentError, DataError, DatapipeError
 from datapipe.format.manifest import MANIFEST_NAME, SHARD_FORMATS, Manifest, write_atomic
 from datapipe.format.schema import Column
 from datapipe.format.writer import ShardSetWriter
+from preprocess.output_lock import LOCK_NAME, OutputLock
 from preprocess.resume import JOURNAL_NAME, Journal
 
 REJECTS_NAME = "rejects.jsonl"
@@ -65,15 +70,20 @@ class ConversionResult:
 
 
 def _is_ours(name: str) -> bool:
-    return (name.startswith(("shard-", ".datapipe-")) or name.startswith(MANIFEST_NAME)
-            or name == REJECTS_NAME)
+    # Temporary names too (NAME.tmp): a run stopped mid-write leaves them for the next to clear.
+    return name.startswith(("shard-", ".datapipe-", MANIFEST_NAME, REJECTS_NAME))
+
+
+def _make_directory(out: Path) -> None:
+    with _writing(out):
+        if out.exists() and not out.is_dir():
+            raise ArgumentError(f"OUT {out} exists and is not a directory")
+        out.mkdir(parents=True, exist_ok=True)
 
 
 def _prepare_directory(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise ArgumentError(f"OUT {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    names = [p.name for p in out.iterdir()]
+    """Check OUT (held locked) may be written, and empty it for --overwrite."""
+    names = [p.name for p in out.iterdir() if p.name != LOCK_NAME]
     foreign = sorted(n for n in names if not _is_ours(n))
     if foreign:
         raise ArgumentError(f"OUT {out} holds files datapipe did not write ({foreign[0]}, ...); "
@@ -89,8 +99,27 @@ def _prepare_directory(out: Path, overwrite: bool) -> None:
         raise ArgumentError(f"OUT {out} is not empty; pass --overwrite to replace its contents")
 
 
+@contextlib.contextmanager
+def _writing(out: Path) -> Iterator[None]:
+    """OS errors while writing OUT become one-line errors: the user can act on every one."""
+    try:
+        yield
+    except OSError as exc:
+        name = f" ({Path(exc.filename).name})" if exc.filename else ""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DatapipeError(
+                f"OUT {out}: no space left on the device{name}; free some and rerun the same "
+                "command: it resumes from the last finished shard") from None
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise ArgumentError(f"OUT {out} is not writable{name}: {exc.strerror}") from None
+        if exc.errno in (errno.ENOTDIR, errno.ENAMETOOLONG):  # OUT names no possible folder
+            raise ArgumentError(f"OUT {out}: {exc.strerror}") from None
+        raise DatapipeError(f"OUT {out}: cannot write{name}: {exc.strerror or exc}") from None
+
+
 class OutputDirectory:
-    """Owns OUT for one run of a converter."""
+    """Owns OUT for one run of a converter: use it as a context manager, so that the lock on
+    OUT is given back however the run ends."""
 
     def __init__(self, options: OutputOptions, kind: str, columns: tuple[Column, ...],
                  fingerprint: str) -> None:
@@ -98,6 +127,25 @@ class OutputDirectory:
         self.kind = kind
         self.columns = columns
         self.started = time.perf_counter()
+        _make_directory(options.out)
+        self.lock = OutputLock(options.out)
+        try:
+            with _writing(options.out):
+                self.lock.acquire()
+                self._start(fingerprint)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def __enter__(self) -> OutputDirectory:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.lock.release()
+
+    def _start(self, fingerprint: str) -> None:
+        """Take over OUT: a fresh start, or the intact part of an interrupted run."""
+        options = self.options
         _prepare_directory(options.out, options.overwrite)
         self.journal = Journal(options.out, fingerprint)
         previous = self.journal.load() if self.journal.exists() else None
@@ -112,7 +160,7 @@ class OutputDirectory:
             self.journal.start()
         self._pending_rejects: list[dict[str, Any]] = []
         self._current_input = self.resume_from
-        self.writer = ShardSetWriter(options.out, columns, options.shard_format,
+        self.writer = ShardSetWriter(options.out, self.columns, options.shard_format,
                                      options.shard_size, first_index=len(kept),
                                      on_shard=self._on_shard)
         self.writer.shards.extend(kept)
@@ -130,7 +178,8 @@ class OutputDirectory:
     def add(self, input_index: int, sample: dict[str, Any]) -> None:
         """Add the sample made from input `input_index` (inputs arrive in order)."""
         self._current_input = input_index
-        self.writer.add(sample)
+        with _writing(self.options.out):
+            self.writer.add(sample)
 
     def reject(self, input_index: int, source: str, reason: str) -> None:
         if self.options.strict:
@@ -142,18 +191,20 @@ class OutputDirectory:
                classes: tuple[str, ...] | None = None) -> ConversionResult:
         """Flush the last shard, then write rejects and, last of all, the manifest."""
         self._current_input = inputs
-        self.writer.flush()
-        self.rejects.extend(self._pending_rejects)
-        self._pending_rejects = []
         out = self.options.out
-        rejects_text = "".join(json.dumps(r) + "\n" for r in self.rejects)
-        write_atomic(out / REJECTS_NAME, rejects_text.encode())
-        manifest = Manifest(
-            kind=self.kind, shard_format=self.options.shard_format, columns=self.columns,
-            shards=tuple(self.writer.shards), settings=settings, tokenizer=tokenizer,
-            classes=classes, stats={**stats, "inputs": inputs, "rejected": len(self.rejects)})
-        manifest.save(out)
-        self.journal.remove()
+        with _writing(out):
+            self.writer.flush()
+            self.rejects.extend(self._pending_rejects)
+            self._pending_rejects = []
+            rejects_text = "".join(json.dumps(r) + "\n" for r in self.rejects)
+            write_atomic(out / REJECTS_NAME, rejects_text.encode())
+            manifest = Manifest(
+                kind=self.kind, shard_format=self.options.shard_format, columns=self.columns,
+                shards=tuple(self.writer.shards), settings=settings, tokenizer=tokenizer,
+                classes=classes, stats={**stats, "inputs": inputs, "rejected": len(self.rejects)})
+            manifest.save(out)
+            self.journal.remove()
+        self.lock.release()
         return ConversionResult(manifest=manifest, out=out, inputs=inputs, rejects=self.rejects,
                                 seconds=time.perf_counter() - self.started,
                                 resumed_shards=self.resumed_shards)

@@ -8,15 +8,21 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import DataError
+from datapipe.format.integrity import check_shard_hash, check_shard_values, check_verify_mode
 from datapipe.format.manifest import Manifest
 from datapipe.format.shard_reader import ShardReader, open_shard
 
 
 class Dataset:
-    """Random access by global sample index over all shards of a dataset."""
+    """Random access by global sample index over all shards of a dataset.
 
-    def __init__(self, directory: str | Path) -> None:
+    Each shard is checked as it is opened (see integrity.py): with verify="cheap", its
+    structure and scalar columns; with verify="open", also its content hash.
+    """
+
+    def __init__(self, directory: str | Path, verify: str = "cheap") -> None:
         self.directory = Path(directory)
+        self.verify = check_verify_mode(verify)
         self.manifest = Manifest.load(self.directory)
         rows = [s.rows for s in self.manifest.shards]
         # shard_starts[k] is the global index of shard k's first sample.
@@ -34,14 +40,31 @@ class Dataset:
     def shard(self, k: int) -> ShardReader:
         reader = self._readers.get(k)
         if reader is None:
-            info = self.manifest.shards[k]
-            reader = open_shard(self.directory / info.name, self.manifest.shard_format,
-                                self.manifest.columns)
+            reader = self._readers[k] = self._open(k)
+        return reader
+
+    def _open(self, k: int) -> ShardReader:
+        info = self.manifest.shards[k]
+        path = self.directory / info.name
+        if self.verify == "open":
+            check_shard_hash(path, info)
+        reader = open_shard(path, self.manifest.shard_format, self.manifest.columns,
+                            first_sample=int(self.shard_starts[k]))
+        try:
             if reader.num_rows != info.rows:
                 raise DataError(f"{reader.path}: holds {reader.num_rows} rows, manifest says "
                                 f"{info.rows}; run `datapipe verify {self.directory}`")
-            self._readers[k] = reader
+            check_shard_values(reader, self.manifest)
+        except DataError:
+            reader.close()
+            raise
         return reader
+
+    def check_hashes(self) -> None:
+        """Hash every shard against the manifest now, rather than as each is first opened
+        (once per process tree: processes forked afterwards do not hash them again)."""
+        for info in self.manifest.shards:
+            check_shard_hash(self.directory / info.name, info)
 
     def locate(self, index: int) -> tuple[int, int]:
         """Global sample index -> (shard, row in shard)."""

@@ -19,5 +19,5 @@ def hash_file(path: str | Path) -> str:
     return f"{HASH_ALGORITHM}:{digest.hexdigest()}"
 
 
-def hash_bytes(data: bytes) -> str:
+def hash_bytes(data: bytes | memoryview) -> str:
     return f"{HASH_ALGORITHM}:{xxhash.xxh3_128_hexdigest(data)}"

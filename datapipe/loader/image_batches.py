@@ -28,6 +28,7 @@ class ImageBatchSpec:
     seed: int
     on_error: str = "raise"
     extra_columns: tuple[str, ...] = ()
+    verify: str = "cheap"  # see datapipe/format/integrity.py
     normalize: Normalize | None = None  # done while decoding: the batch then holds its dtype
 
     def __post_init__(self) -> None:
@@ -55,7 +56,7 @@ def batch_rng(seed: int, epoch: int, batch_no: int) -> np.random.Generator:
 class ImageBatchBuilder:
     def __init__(self, spec: ImageBatchSpec) -> None:
         self.spec = spec
-        self.dataset = Dataset(spec.directory)
+        self.dataset = Dataset(spec.directory, verify=spec.verify)
         self.encoding = self.dataset.manifest.settings.get("encoding", "jpeg")
         self.heights = self.dataset.scalar("height").astype(np.int64)
         self.widths = self.dataset.scalar("width").astype(np.int64)

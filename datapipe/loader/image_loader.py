@@ -14,6 +14,7 @@ import torch
 
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
+from datapipe.format.integrity import check_verify_mode
 from datapipe.image.batch_ops import BatchTransforms, split_for_workers
 from datapipe.image.normalize import TORCH_DTYPES
 from datapipe.image.transforms import Transform, as_pipeline
@@ -41,6 +42,13 @@ class Loader(LoaderBase):
     samples, the shortfall repeated and flagged ``is_padding``; ``drop_last`` then drops the
     incomplete last batch of that share. Batches are views of shared buffers, never reused
     while anything refers to them.
+
+    ``verify="cheap"`` (the default) checks each shard's structure and scalar columns as it is
+    opened (labels within the manifest's classes, image sizes possible): a failure is a
+    ``DataError`` naming the shard, row and sample, whatever ``on_error`` says. Each image's
+    stored size is also checked against its JPEG header as it is decoded: a mismatch is a decode
+    failure, which ``on_error`` governs. ``verify="open"`` also hashes every shard against the
+    manifest when the loader is made (once: workers inherit the result).
     """
 
     def __init__(self, path: str | Path, batch_size: int = 256, *, shuffle: bool = True,
@@ -48,11 +56,12 @@ class Loader(LoaderBase):
                  transform: Transform | None = None, device: str | torch.device = "cpu",
                  drop_last: bool = False, persistent: bool = True, rank: int | None = None,
                  world_size: int | None = None, prefetch: int = 2, on_error: str = "raise",
-                 extra_columns: tuple[str, ...] | None = None) -> None:
+                 extra_columns: tuple[str, ...] | None = None, verify: str = "cheap") -> None:
         if batch_size < 1:
             raise ArgumentError(f"batch_size must be >= 1, got {batch_size}")
         if decode not in DECODERS:
             raise ArgumentError(f"decode must be one of {DECODERS}, got {decode!r}")
+        verify = check_verify_mode(verify)
         super().__init__()
         if prefetch < 1:
             raise ArgumentError(f"prefetch must be >= 1, got {prefetch}")
@@ -67,15 +76,17 @@ class Loader(LoaderBase):
         self.device = resolve_device(device)
         self.decode = decode
         self.pipeline = as_pipeline(transform)
-        with Dataset(self.path) as ds:
+        with Dataset(self.path, verify=verify) as ds:
             self._check_dataset(ds)
+            if verify == "open":
+                ds.check_hashes()  # here, before workers fork: each shard is hashed once
             self.num_samples = len(ds)
             out_size = self._output_size(ds, self.pipeline)
             extras = self._extra_columns(ds, extra_columns)
         in_workers, batch_steps = (split_for_workers(self.pipeline.batch_steps, self.device)
                                    if decode == "cpu" else (None, self.pipeline.batch_steps))
         self.spec = ImageBatchSpec(str(self.path), self.pipeline, out_size, seed, on_error, extras,
-                                   normalize=in_workers)
+                                   verify, normalize=in_workers)
         self.batch_transforms = BatchTransforms(batch_steps, seed)
         # Copies images from the batch buffers in place (page-locked) on CUDA.
         self._feed = DeviceFeed(self.device, pin=("image",), record_stages=True)
