@@ -311,7 +311,8 @@ def summarise(outcomes: dict[str, Outcome]) -> dict[str, dict[str, Any]]:
     for name in RATES[1:]:
         if name in out and RATES[0] in out:
             for key in ("rate", "cpu_rate"):
-                out[name][f"{key}_ratio"] = out[name][key] / out[RATES[0]][key]
+                base = out[RATES[0]][key]  # 0: a run too short for the CPU clock's ticks
+                out[name][f"{key}_ratio"] = out[name][key] / base if base else float("nan")
     return out
 
 

@@ -70,6 +70,8 @@ def test_a_tiny_run_measures_what_it_can_and_says_what_it_skipped(
     out = capsys.readouterr().out
     data = json.loads((tmp_path / "results" / "handoff.json").read_text())
     assert (tmp_path / "results" / "handoff.md").read_text().startswith("# Training-thread")
+    for name in ("cpu", "cpu-float32", "rate-uint8", "rate-float32"):
+        assert data["outcomes"][name]["status"] == "ok", data["outcomes"][name]["status"]
     for name in ("cpu", "cpu-float32"):
         assert data["summary"][name]["cpu_median"] > 0
     assert data["summary"]["cpu-float32"]["dtype"] == "torch.float32"
@@ -78,3 +80,13 @@ def test_a_tiny_run_measures_what_it_can_and_says_what_it_skipped(
         for name in ("cuda", "cuda-normalize", "dali"):
             assert f"{name}: skipped (needs a CUDA device)" in out
             assert data["outcomes"][name]["status"] == "skipped: no CUDA device"
+
+
+def test_a_throughput_run_too_short_for_the_cpu_clock_has_no_cpu_ratio() -> None:
+    outcomes = {name: Outcome("skipped") for name in bench_handoff.PATHS_BY_NAME}
+    for name, cpu_rate in (("rate-uint8", 0.0), ("rate-float32", 400.0)):
+        outcomes[name] = Outcome("ok", [{"rate": 900.0, "cpu_rate": cpu_rate,
+                                         "others_cores": 0.0}])
+    summary = bench_handoff.summarise(outcomes)
+    assert summary["rate-float32"]["rate_ratio"] == 1.0
+    assert summary["rate-float32"]["cpu_rate_ratio"] != summary["rate-float32"]["cpu_rate_ratio"]
