@@ -44,6 +44,7 @@ def _import_dali() -> Any:
     try:
         import nvidia.dali as dali
         import nvidia.dali.fn
+        import nvidia.dali.tensors
         import nvidia.dali.types  # noqa: F401
     except ImportError:
         raise ArgumentError(_MISSING) from None
@@ -67,8 +68,8 @@ class _Feeder:
     PREFETCH_DEPTH iterations later: the bytes are views of the read-only shard maps, and the
     arrays made here are kept for a few more calls than that."""
 
-    def __init__(self, builder: ImageBatchBuilder, spec: ImageBatchSpec) -> None:
-        self.builder, self.spec = builder, spec
+    def __init__(self, builder: ImageBatchBuilder, spec: ImageBatchSpec, tensors: Any) -> None:
+        self.builder, self.spec, self.tensors = builder, spec, tensors  # nvidia.dali.tensors
         self.with_flip = spec.pipeline.flip is not None
         self._todo: Iterator[int] = iter(())
         self._plan: EpochPlan | None = None
@@ -85,18 +86,25 @@ class _Feeder:
         b = next(self._todo)  # StopIteration ends DALI's epoch
         assert self._plan is not None
         idx, _ = self._plan.batch(b)
-        heights, widths, dataset = self.builder.heights, self.builder.widths, self.builder.dataset
+        heights, widths = self.builder.heights, self.builder.widths
         boxes, flips = plan_crops(self.spec.pipeline, heights[idx], widths[idx],
                                   batch_rng(self.spec.seed, self._epoch, b))
-        shards, rows = dataset.locate_many(idx)
-        # Zero-copy views of the shards, read by DALI in place.
-        encoded = [dataset.shard(int(k)).payload("image", int(r))
-                   for k, r in zip(shards.tolist(), rows.tolist(), strict=True)]
+        views = self.encoded(idx)
+        # One batch object over the views: DALI takes it without a Python step per sample.
+        encoded = self.tensors.TensorListCPU([self.tensors.TensorCPU(v) for v in views],
+                                             contiguous=False)
         anchors = np.ascontiguousarray(boxes[:, :2], dtype=np.int32)  # (x0, y0): "WH" order
         shapes = np.ascontiguousarray(boxes[:, 2:], dtype=np.int32)  # (w, h)
         inputs = (encoded, anchors, shapes, flips.astype(np.int32))[:4 if self.with_flip else 3]
-        self._fed.append(inputs)
+        self._fed.append((views, *inputs))
         return inputs
+
+    def encoded(self, idx: np.ndarray) -> list[np.ndarray]:
+        """The samples' JPEG bytes: zero-copy views of the shards."""
+        dataset = self.builder.dataset
+        shards, rows = dataset.locate_many(idx)
+        return [dataset.shard(int(k)).payload("image", int(r))
+                for k, r in zip(shards.tolist(), rows.tolist(), strict=True)]
 
 
 def _graph(dali: Any, feeder: _Feeder, out_size: tuple[int, int], decoder: str) -> Any:
@@ -144,7 +152,7 @@ class DaliProducer:
 
     def _new_pipeline(self) -> tuple[Any, _Feeder]:
         dali, cuda = self._dali, self.device.type == "cuda"
-        feeder = _Feeder(self.builder, self.spec)
+        feeder = _Feeder(self.builder, self.spec, dali.tensors)
         device_id = (self.device.index if self.device.index is not None
                      else torch.cuda.current_device()) if cuda else None
         # exec_dynamic: outputs stay valid after the next iteration (CPU outputs are handed out

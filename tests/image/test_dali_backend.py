@@ -161,16 +161,16 @@ def test_a_batch_only_dali_fails_on_is_decoded_on_the_cpu(
     from datapipe.image import dali_backend
 
     calls = []
-    feed = dali_backend._Feeder.__call__
+    encoded = dali_backend._Feeder.encoded
 
-    def garble_second_batch(self: dali_backend._Feeder) -> tuple:
-        inputs = feed(self)
+    def garble_second_batch(self: dali_backend._Feeder, idx: np.ndarray) -> list:
+        views = encoded(self, idx)
         calls.append(1)
         if len(calls) == 2:  # only what DALI is handed is broken, not the shard
-            inputs[0][0] = np.zeros(100, dtype=np.uint8)
-        return inputs
+            views[0] = np.zeros(100, dtype=np.uint8)
+        return views
 
-    monkeypatch.setattr(dali_backend._Feeder, "__call__", garble_second_batch)
+    monkeypatch.setattr(dali_backend._Feeder, "encoded", garble_second_batch)
     with pytest.warns(UserWarning, match="DALI failed on batch 1 ") as caught:
         dali = _epoch(shards, shuffle=False)
     assert len(caught) == 1
