@@ -87,7 +87,7 @@ class DeviceFeed:
         self.device, self.pin = device, pin
         self.cuda = device.type == "cuda"
         self.stream = torch.cuda.Stream(device=device) if self.cuda else None
-        self.locker = locker or PageLocker()
+        self.locker = locker or PageLocker(device)
         self.leases = CopyLeases()
         self._stages: dict[int, dict[str, float]] | None = {} if record_stages else None
 

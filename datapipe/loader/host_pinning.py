@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,8 +27,10 @@ CUDA_HOST_REGISTER_PORTABLE = 1  # pinned for every CUDA context, not just the c
 class PageLocker:
     """Registers host memory with CUDA; after a first refusal, warns once and stops trying."""
 
-    def __init__(self, runtime: Any = None) -> None:
-        self._runtime = runtime  # torch.cuda.cudart() unless given (tests give a fake)
+    def __init__(self, device: torch.device | None = None, runtime: Any = None,
+                 take_error: Callable[[], None] | None = None) -> None:
+        self._runtime = runtime  # torch.cuda.cudart() unless given (tests give fakes)
+        self._take_error = take_error or functools.partial(_take_last_error, device)
         self.refusal: str | None = None
 
     def lock(self, address: int, nbytes: int) -> Unlock | None:
@@ -37,17 +40,27 @@ class PageLocker:
         runtime = self._runtime or torch.cuda.cudart()
         error = runtime.cudaHostRegister(address, nbytes, CUDA_HOST_REGISTER_PORTABLE)
         if error != runtime.cudaError.success:
+            self._take_error()
             self.refusal = f"cudaHostRegister: {runtime.cudaGetErrorString(error)}"
             warnings.warn(f"datapipe: cannot page-lock batch buffers ({self.refusal}); each "
                           "batch is copied into pinned memory instead, in the training thread",
                           RuntimeWarning, stacklevel=4)
             return None
-        return functools.partial(_unregister, runtime, address)
+        return functools.partial(_unregister, runtime, address, self._take_error)
 
 
-def _unregister(runtime: Any, address: int) -> None:
+def _unregister(runtime: Any, address: int, take_error: Callable[[], None]) -> None:
     with contextlib.suppress(Exception):  # CUDA already torn down at interpreter exit
-        runtime.cudaHostUnregister(address)
+        if runtime.cudaHostUnregister(address) != runtime.cudaError.success:
+            take_error()
+
+
+def _take_last_error(device: torch.device | None) -> None:
+    """A failed CUDA runtime call stays this thread's "last error" until someone reads it, and
+    torch reads it after its next kernel launch, which would then fail in its place. torch does
+    not expose cudaGetLastError: a launch of our own takes the error instead."""
+    with contextlib.suppress(RuntimeError):
+        torch.ones(1, device=device or "cuda")  # a fill kernel: launched, then checked
 
 
 def page_locked(tensor: torch.Tensor, locker: PageLocker) -> tuple[torch.Tensor, bool]:

@@ -55,7 +55,7 @@ class FakeRuntime:
 
     def cudaHostUnregister(self, address: int) -> int:
         self.unregistered.append(address)
-        return 0
+        return 0 if any(address == a for a, _ in self.registered) else 3
 
     def cudaGetErrorString(self, error: int) -> str:
         return "out of memory"
@@ -99,7 +99,7 @@ def test_a_buffer_stays_out_of_reuse_until_its_copy_completes() -> None:
 @needs_memfd
 def test_a_buffer_is_page_locked_once_and_unlocked_before_it_is_unmapped() -> None:
     runtime = FakeRuntime()
-    locker = PageLocker(runtime)
+    locker = PageLocker(runtime=runtime)
     table = SlotTable(4096, spare=1)
     kept = table.lease(table.acquire().id)
     images = kept[:300].view(10, 10, 3).permute(2, 0, 1)  # what a loader hands out
@@ -121,11 +121,13 @@ def test_a_buffer_is_page_locked_once_and_unlocked_before_it_is_unmapped() -> No
 
 def test_only_batch_buffers_are_locked_and_a_refusal_is_said_once() -> None:
     runtime = FakeRuntime()
-    assert not lock_pages(torch.zeros(64, dtype=torch.uint8), PageLocker(runtime).lock)
+    assert not lock_pages(torch.zeros(64, dtype=torch.uint8), PageLocker(runtime=runtime).lock)
     assert runtime.registered == []
-    refusing = PageLocker(FakeRuntime(refuse=True))
+    taken: list[int] = []
+    refusing = PageLocker(runtime=FakeRuntime(refuse=True), take_error=lambda: taken.append(1))
     with pytest.warns(RuntimeWarning, match="cudaHostRegister: out of memory"):
         assert refusing.lock(4096, 4096) is None
+    assert taken == [1], "the refusal is taken off CUDA's last error, not left to a kernel"
     assert refusing.lock(8192, 4096) is None  # no second warning (pytest fails on one)
 
 
