@@ -20,6 +20,7 @@ DALI is optional and imported only here, when a `DaliProducer` is made.
 from __future__ import annotations
 
 import inspect
+import time
 import warnings
 from collections import deque
 from collections.abc import Iterator
@@ -193,6 +194,7 @@ class DaliProducer:
              start: int) -> Iterator[tuple[dict[str, Any], torch.Tensor]]:
         feeder.start(plan, epoch, start)
         for b in range(start, len(plan)):
+            started = time.perf_counter()
             self.leases.release_finished()
             try:
                 pipe.schedule_run()
@@ -200,8 +202,11 @@ class DaliProducer:
             except RuntimeError as exc:
                 feeder.stop()
                 raise _DaliFailure(_reason(exc)) from exc
-            indices, is_pad = plan.batch(b)
-            yield self._meta(indices, is_pad), self._to_torch(images)
+            tensor = self._to_torch(images)
+            meta = self._meta(*plan.batch(b))
+            # Feeding and running DALI happen in the thread that iterates the loader.
+            meta["main_stages"] = {"feed": time.perf_counter() - started}
+            yield meta, tensor
         # Lets the source's StopIteration end DALI's epoch if it has not yet, so reset() rewinds.
         pipe.schedule_run()
         pipe.reset()

@@ -163,7 +163,8 @@ class Loader(LoaderBase):
                                          start):
             t0 = time.perf_counter()
             batch = self._assemble(meta, slot)
-            self._record(b, meta, {"collate": time.perf_counter() - t0})
+            self._record(b, meta, {"collate": time.perf_counter() - t0,
+                                   **meta.get("main_stages", {})})
             yield b, batch
 
     def _assemble(self, meta: dict[str, Any], slot: Any) -> dict[str, Any]:

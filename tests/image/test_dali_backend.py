@@ -208,6 +208,22 @@ def test_cuda_device_decodes_on_the_gpu(shards: Path) -> None:
     assert np.asarray(batches[0]["index"].cpu()).shape == (4,)
 
 
+def test_feeding_dali_is_reported_as_a_stage_of_the_iterating_thread(shards: Path) -> None:
+    class Stages:
+        def __init__(self) -> None:
+            self.main: list[dict[str, float]] = []
+
+        def on_batch(self, record: dict) -> None:
+            self.main.append(record["main"])
+
+    stages = Stages()
+    with dp.Loader(shards, batch_size=4, num_workers=1, decode="dali", transform=CROP) as loader:
+        loader.observer = stages
+        list(loader)
+    assert len(stages.main) == 4
+    assert all(m["feed"] > 0 and {"collate", "transform"} <= set(m) for m in stages.main)
+
+
 def test_gpu_outputs_are_bound_to_the_copy_stream_not_to_the_host(shards: Path) -> None:
     """outputs() alone blocks the host until the GPU is done; with a stream it does not."""
     class Pipe:
