@@ -208,6 +208,30 @@ def test_cuda_device_decodes_on_the_gpu(shards: Path) -> None:
     assert np.asarray(batches[0]["index"].cpu()).shape == (4,)
 
 
+def test_dali_inputs_are_prepared_off_the_iterating_thread_which_never_outlives_its_run(
+        shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from datapipe.image import dali_backend
+
+    threads = set()
+    encoded = dali_backend._Feeder.encoded
+
+    def recording(self: dali_backend._Feeder, idx: np.ndarray) -> list:
+        threads.add(threading.current_thread().name)
+        return encoded(self, idx)
+
+    def feeding() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name == "datapipe-dali-feed"]
+
+    monkeypatch.setattr(dali_backend._Feeder, "encoded", recording)
+    with dp.Loader(shards, batch_size=4, num_workers=1, decode="dali", transform=CROP) as loader:
+        next(iter(loader))  # abandoned after one batch
+        assert not feeding(), "an abandoned run's thread has gone"
+        assert len(list(loader)) == 3
+    assert threads == {"datapipe-dali-feed"} and not feeding()
+
+
 def test_feeding_dali_is_reported_as_a_stage_of_the_iterating_thread(shards: Path) -> None:
     class Stages:
         def __init__(self) -> None:
