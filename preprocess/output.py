@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from datapipe import sizes
 from datapipe.errors import ArgumentError, DataError, DatapipeError
 from datapipe.format.manifest import MANIFEST_NAME, SHARD_FORMATS, Manifest, write_atomic
 from datapipe.format.schema import Column
@@ -30,17 +31,7 @@ MAX_SHARD_SIZE = 1 << 40
 
 def parse_size(text: str) -> int:
     """'256MB', '1.5G', '4096' -> bytes (powers of 1024)."""
-    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
-             "G": 1 << 30, "GB": 1 << 30, "T": 1 << 40, "TB": 1 << 40}
-    s = str(text).strip().upper()
-    number = s.rstrip("KMGTB")
-    try:
-        value = float(number) * units[s[len(number):]]
-    except (ValueError, KeyError):
-        raise ArgumentError(f"--shard-size: cannot read {text!r} as a size (e.g. 256MB)") from None
-    if not 1 <= value <= MAX_SHARD_SIZE:
-        raise ArgumentError(f"--shard-size: {text!r} is out of range (1 byte to 1 TB)")
-    return int(value)
+    return sizes.parse_size(text, "--shard-size", MAX_SHARD_SIZE, "1 TB")
 
 
 @dataclass(frozen=True)
