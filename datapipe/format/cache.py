@@ -7,6 +7,7 @@
     CACHE/shards/<hash>/<name>.part    the download in progress: fsynced, then renamed
     CACHE/.evict.lock                  flock: one process evicts at a time
     CACHE/index/                       small derived files (scalar columns), by manifest hash
+    CACHE/staging/                     `datapipe convert` to a URL writes here, then uploads
 
 Every lock is a flock, which the kernel drops when its holder dies: a crash leaves nothing
 stale, and the part file of a killed download is removed by the next process that takes its
@@ -56,7 +57,7 @@ os.register_at_fork(after_in_child=_close_inherited)
 
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "datapipe" / "shards"
+    return Path(base) / "datapipe"
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class CacheSettings:
     def resolve(cls, directory: str | Path | None = None,
                 size: int | str | None = None) -> CacheSettings:
         """An argument wins, then DATAPIPE_CACHE_DIR / DATAPIPE_CACHE_SIZE, then the defaults
-        ($XDG_CACHE_HOME or ~/.cache, /datapipe/shards; 100 GB)."""
+        ($XDG_CACHE_HOME or ~/.cache, then /datapipe; 100 GB)."""
         directory = directory or os.environ.get(CACHE_DIR_ENV) or default_cache_dir()
         size = size if size is not None else os.environ.get(CACHE_SIZE_ENV)
         if size is None:

@@ -120,15 +120,15 @@ class RemoteDirectory:
             raise DataError(f"{self.where(name)}: cannot read ({_one_line(exc)})") from None
         return info.size if info.type == FileType.File else None
 
-    def names(self) -> list[str]:
-        """Names of the objects directly under the prefix (none when it does not exist)."""
+    def sizes(self) -> dict[str, int]:
+        """Name -> size of the objects directly under the prefix (none when it is empty)."""
         from pyarrow.fs import FileSelector, FileType
 
         try:
             infos = self.fs.get_file_info(FileSelector(self._path(""), allow_not_found=True))
         except OSError as exc:
             raise DataError(f"{self.url}: cannot list ({_one_line(exc)})") from None
-        return sorted(i.base_name for i in infos if i.type == FileType.File)
+        return {i.base_name: i.size for i in infos if i.type == FileType.File}
 
     def read_bytes(self, name: str) -> bytes:
         try:

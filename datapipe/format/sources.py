@@ -16,7 +16,7 @@ import numpy as np
 
 from datapipe.errors import DataError
 from datapipe.format.cache import CacheSettings, CorruptDownload, PinnedFile, ShardCache
-from datapipe.format.hashing import hash_bytes, hash_file
+from datapipe.format.hashing import StreamHash, hash_bytes, hash_file
 from datapipe.format.integrity import check_shard_hash
 from datapipe.format.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from datapipe.format.remote import MissingObject, RemoteDirectory, is_url, local_path
@@ -147,6 +147,20 @@ class RemoteShards:
                                     f"is corrupt or was replaced (run `datapipe verify "
                                     f"{self.location}`)") from None
         raise AssertionError("unreachable")
+
+    def object_problem(self, info: ShardInfo) -> str | None:
+        """What is wrong with the stored object against its manifest entry (None: intact),
+        hashed as it streams."""
+        size = self.store.size(info.name)
+        if size is None:
+            return "missing"
+        if size != info.bytes:
+            return f"size {size} bytes, manifest says {info.bytes}"
+        digest = StreamHash()
+        for chunk in self.store.stream(info.name):
+            digest.update(chunk)
+        return None if digest.hexdigest() == info.hash else \
+            "content hash differs from the manifest"
 
     def max_open(self, manifest: Manifest) -> int:
         """Shards a process keeps open (and so in use) at once: half the cache's worth, so

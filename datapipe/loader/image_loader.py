@@ -52,7 +52,7 @@ class Loader(LoaderBase):
 
     ``path`` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``, any fsspec protocol):
     shards then stream into a node-local cache (``cache_dir``, else ``$DATAPIPE_CACHE_DIR``,
-    else ``~/.cache/datapipe/shards``; at most ``cache_size`` bytes, e.g. ``"200GB"``, else
+    else ``~/.cache/datapipe``; at most ``cache_size`` bytes, e.g. ``"200GB"``, else
     ``$DATAPIPE_CACHE_SIZE``, else 100 GB), shared by every process on the node; see
     docs/REMOTE.md.
     """
