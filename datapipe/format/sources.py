@@ -119,10 +119,13 @@ class RemoteShards:
     def where(self, name: str) -> str:
         return self.store.where(name)
 
+    def is_cached(self, info: ShardInfo) -> bool:
+        return self.cache.path(_cache_key(info), info.name).exists()
+
     def open(self, info: ShardInfo, verify: str, fresh: bool = False) -> PinnedFile:
         """The shard in the cache, held in use. `fresh` throws away a cached copy first (it
         failed a check)."""
-        key = info.hash.replace(":", "-")
+        key = _cache_key(info)
         if fresh:
             self.cache.discard(key, info.name)
         pinned = self._fetch(key, info)
@@ -172,6 +175,10 @@ class RemoteShards:
         from datapipe.format.scalar_index import remote_scalar
 
         return remote_scalar(self, manifest, name)
+
+
+def _cache_key(info: ShardInfo) -> str:
+    return info.hash.replace(":", "-")  # by content: a reconverted shard is another entry
 
 
 def open_source(location: str | Path | RemoteLocation) -> LocalShards | RemoteShards:
