@@ -15,7 +15,8 @@ lock. A process using a shard holds a shared flock on the file; eviction takes a
 without waiting and skips the file when it cannot, so a shard in use is never deleted (Linux
 would keep a mapping of a deleted file valid, but its space would not come back, and the cache
 would overshoot its limit unseen). Least recently used goes first: by atime, which datapipe sets
-whenever a process opens a shard. Shards in use may take the cache past its limit; nothing else.
+whenever a process opens a shard. Shards in use may take the cache past its limit, until they
+are released; nothing else.
 """
 
 from __future__ import annotations
@@ -138,15 +139,17 @@ def exclusive_lock(path: Path) -> Iterator[None]:
 class PinnedFile:
     """A cached file held in use (a shared flock): eviction leaves it alone until released."""
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, fd: int, on_release: Callable[[], None]) -> None:
         self.path = path
         self._fd: int | None = fd
         self._pid = os.getpid()
+        self._on_release = on_release
 
     def release(self) -> None:
         # In a forked child the descriptor was closed at the fork: it is the parent's to close.
         if self._fd is not None and self._pid == os.getpid():
             _unlock(self._fd)
+            self._on_release()
         self._fd = None
 
 
@@ -171,7 +174,9 @@ class ShardCache:
             return None
         with contextlib.suppress(OSError):  # the LRU clock; a read-only cache still works
             os.utime(fd, ns=(time.time_ns(), os.fstat(fd).st_mtime_ns))
-        return PinnedFile(path, fd)
+        # Once released, the cache is brought back under its limit if shards in use had
+        # pushed it over.
+        return PinnedFile(path, fd, on_release=lambda: self.make_room(0))
 
     def fetch(self, key: str, name: str, size: int, expected_hash: str, where: str,
               chunks: Callable[[], Iterator[bytes]]) -> PinnedFile:

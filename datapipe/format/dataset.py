@@ -44,10 +44,6 @@ class Dataset:
         self._max_open = self.source.max_open(self.manifest) if self.source.remote else 0
 
     @property
-    def is_remote(self) -> bool:
-        return self.source.remote
-
-    @property
     def side_directory(self) -> Path:
         """A local folder for files derived from this dataset (the length index)."""
         return self.source.side_directory

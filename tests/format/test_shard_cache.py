@@ -150,3 +150,13 @@ def test_settings_come_from_arguments_then_environment(tmp_path: Path,
         CacheSettings(tmp_path / "arg", 512 << 20)
     with pytest.raises(ArgumentError, match="cache size: cannot read 'lots'"):
         CacheSettings.resolve(size="lots")
+
+
+def test_a_cache_pushed_over_by_shards_in_use_shrinks_when_they_are_released(
+        tmp_path: Path) -> None:
+    cache = ShardCache(CacheSettings(tmp_path, len(DATA)))  # room for one
+    in_use = cache.fetch("a", "shard-00000.arrow", len(DATA), HASH, "a", _chunks)
+    _fetch(cache, "b")
+    assert {p.parent.name for p in (tmp_path / "shards").glob("*/shard-*")} == {"a", "b"}
+    in_use.release()
+    assert {p.parent.name for p in (tmp_path / "shards").glob("*/shard-*")} == {"b"}
