@@ -155,8 +155,10 @@ def test_settings_come_from_arguments_then_environment(tmp_path: Path,
 def test_a_cache_pushed_over_by_shards_in_use_shrinks_when_they_are_released(
         tmp_path: Path) -> None:
     cache = ShardCache(CacheSettings(tmp_path, len(DATA)))  # room for one
-    in_use = cache.fetch("a", "shard-00000.arrow", len(DATA), HASH, "a", _chunks)
-    _fetch(cache, "b")
+    in_use = [cache.fetch(key, "shard-00000.arrow", len(DATA), HASH, key, _chunks)
+              for key in ("a", "b")]
     assert {p.parent.name for p in (tmp_path / "shards").glob("*/shard-*")} == {"a", "b"}
-    in_use.release()
+    in_use[0].release()
+    assert {p.parent.name for p in (tmp_path / "shards").glob("*/shard-*")} == {"b"}
+    in_use[1].release()
     assert {p.parent.name for p in (tmp_path / "shards").glob("*/shard-*")} == {"b"}
