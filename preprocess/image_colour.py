@@ -22,8 +22,8 @@ _ALPHA_MODES = {"RGBA": "RGB", "LA": "L", "PA": "RGB", "RGBa": "RGB", "La": "L"}
 _HIGH_DEPTH = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
 _TRANSFORMS: dict[tuple[bytes, str], object] = {}  # per process: a photo set has few profiles
 _MAX_TRANSFORMS = 32
-NO_LCMS = ("has an embedded ICC profile, and this PIL build cannot convert it to sRGB (no "
-           "LittleCMS; see `datapipe doctor`); rerun `bash tools/setup.sh`, or pass --keep-icc")
+NO_LCMS = ("this PIL build has no LittleCMS (see `datapipe doctor`; `bash tools/setup.sh` "
+           "rebuilds it with it); --keep-icc stores values with their profile instead")
 
 
 def colour_management_available() -> bool:
@@ -57,7 +57,7 @@ def _profile_space(icc: bytes) -> str:
 
 def _converted(colour: Image.Image, icc: bytes, space: str) -> Image.Image:
     if not colour_management_available():
-        raise RejectedImage(NO_LCMS)
+        raise RejectedImage(f"embedded ICC profile cannot be converted to sRGB: {NO_LCMS}")
     mode = next(m for m, s in _COLOUR_MODES.items() if s == space)
     if colour.mode != mode:
         if {colour.mode, mode} != {"RGB", "L"}:  # grey pixels with an RGB profile, or back
