@@ -357,12 +357,27 @@ def doctor_cmd() -> None:
     info = environment()
     pil = info.pop("PIL")
     click.echo(f"PIL: {pil['build']} {pil['version']} (libjpeg-turbo: {pil['libjpeg_turbo']})")
+    click.echo("PIL reads: " + ", ".join(f"{name} {'yes' if ok else 'NO'}"
+                                         for name, ok in pil["formats"].items()))
+    click.echo(f"PIL colour management (LittleCMS): {'yes' if pil['littlecms2'] else 'NO'}")
     for key, value in info.items():
         click.echo(f"{key}: {value}")
     if pil["build"] != "pillow-simd":
         click.echo("warning: PIL is not the pillow-simd build; CPU decode and resize are slower. "
                    "Reinstall with: pip uninstall -y pillow && pip install --force-reinstall "
                    "--no-deps pillow-simd", err=True)
+    _warn_missing_codecs(pil)
+
+
+def _warn_missing_codecs(pil: dict[str, Any]) -> None:
+    from datapipe.doctor import missing_support
+
+    missing = missing_support(pil)
+    if missing:
+        packages = " ".join(sorted(set(missing.values())))
+        click.echo(f"warning: this PIL build cannot read {', '.join(missing)}: it was built "
+                   f"without the headers of {packages} (Debian packages); install them and "
+                   "rerun `bash tools/setup.sh`, which rebuilds pillow-simd", err=True)
 
 
 def main(argv: list[str] | None = None) -> None:
