@@ -125,16 +125,12 @@ def convert_images_cmd(src: Path, out: Path, short_side: int, upscale: bool, qua
     converted, transparency is composited onto white, 16-bit values are scaled by bit depth.
     """
     from datapipe.system import available_cores
-    from preprocess.image_colour import NO_LCMS, colour_management_available
     from preprocess.image_ops import ImageSettings
     from preprocess.images import convert_images
 
     settings = ImageSettings(short_side=short_side, quality=quality, encoding=encoding,
                              max_pixels=max_pixels, subsampling=subsampling, upscale=upscale,
                              keep_icc=keep_icc)
-    if not keep_icc and not colour_management_available():
-        click.echo(f"warning: images with an embedded ICC profile will be rejected: {NO_LCMS}",
-                   err=True)
     options = _make_output_options(out, **output)
     if workers < 0:
         raise click.BadParameter(f"must be >= 0, got {workers}", param_hint="--workers")

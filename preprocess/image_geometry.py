@@ -16,10 +16,12 @@ _TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
               4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
               6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
               8: Image.Transpose.ROTATE_90}
-# Measured (benchmarks/bench_convert.py): a reduced image as large as the target, resized with
-# Lanczos from the exact box, is within 0.3 dB of a full decode at the median; a 2x margin gains
-# that back at 0.6x the speed.
-DCT_MARGIN = 1
+# How much larger than the target the reduced image must stay, per DCT scale. 1/2 and 1/4 run
+# true reduced IDCTs; a reduced image as large as the target, resized with Lanczos from its
+# exact box, is within 0.3 dB of a full decode at the median (benchmarks/bench_convert.py),
+# where a 2x margin would cost 0.6x the speed. 1/8 keeps only each block's average, which
+# aliases fine detail (down to 23 dB on fine stripes), so it needs a 2x margin.
+DCT_MARGINS = {8: 2, 4: 1, 2: 1}
 RESAMPLE = Image.Resampling.LANCZOS
 
 
@@ -40,15 +42,16 @@ def oriented(size: tuple[int, int], orientation: int) -> tuple[int, int]:
 
 
 def dct_scale(stored: tuple[int, int], target: tuple[int, int]) -> int:
-    """The largest of 1, 2, 4, 8 whose reduced image keeps DCT_MARGIN x the target on both
-    sides (the reduced size rounds up, so whole-number division is on the safe side)."""
-    fit = min(stored[0] // (DCT_MARGIN * target[0]), stored[1] // (DCT_MARGIN * target[1]))
-    return next((d for d in (8, 4, 2) if d <= fit), 1)
+    """The largest of 1, 2, 4, 8 whose reduced image keeps its DCT_MARGINS over the target on
+    both sides (the reduced size rounds up, so whole-number division is on the safe side)."""
+    return next((scale for scale, margin in DCT_MARGINS.items()
+                 if scale * margin <= min(stored[0] // target[0], stored[1] // target[1])), 1)
 
 
 def orientation_of(image: Image.Image) -> int:
-    """The EXIF orientation (1 to 8); anything else counts as 1, as in ImageOps.exif_transpose."""
-    value = image.getexif().get(ORIENTATION_TAG, 1)
+    """The EXIF orientation (1 to 8) from the header alone; anything else counts as 1, as in
+    ImageOps.exif_transpose. Image.getexif itself: PNG's would decode the whole image first."""
+    value = Image.Image.getexif(image).get(ORIENTATION_TAG, 1)
     return value if value in _TRANSPOSE else 1
 
 

@@ -21,6 +21,7 @@ from preprocess.image_colour import to_srgb
 from preprocess.image_geometry import (
     dct_scale,
     orientation_of,
+    oriented,
     resize_and_orient,
     target_size,
 )
@@ -78,12 +79,12 @@ def prepare_image(data: bytes | BinaryIO, settings: ImageSettings) -> tuple[byte
     stream = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
     with _pixel_limit_checked_here():
         image = _open(stream)
+        orientation = _header_orientation(image)
         stored = image.size
         target = target_size(*stored, settings.short_side, settings.upscale)
-        _check_size(stored, target, settings)
+        _check_size(oriented(stored, orientation), oriented(target, orientation), settings)
         try:
             decoded, scale = _decode(image, stream, target)
-            orientation = orientation_of(image)
             rgb, icc = to_srgb(decoded, image.info.get("icc_profile"), settings.keep_icc)
         except RejectedImage:
             raise
@@ -131,17 +132,23 @@ def _open(stream: BinaryIO) -> Image.Image:
         raise RejectedImage(f"cannot decode: {type(exc).__name__}: {exc}") from None
 
 
-def _check_size(stored: tuple[int, int], target: tuple[int, int],
+def _header_orientation(image: Image.Image) -> int:
+    try:
+        return orientation_of(image)
+    except Exception as exc:  # garbled EXIF on untrusted bytes
+        raise RejectedImage(f"cannot read its EXIF: {type(exc).__name__}: {exc}") from None
+
+
+def _check_size(stored: tuple[int, int], output: tuple[int, int],
                 settings: ImageSettings) -> None:
-    """Refuse what would not fit before a pixel is allocated. `target` is the final output
-    size (upscaling choice included) in stored orientation; orienting only swaps its sides,
-    so pixel counts and the longest side are those of the output."""
-    for what, (w, h) in (("stored", stored), ("resized", target)):
+    """Refuse what would not fit before a pixel is allocated: the stored size and the final,
+    oriented output size (upscaling choice included), as the header gives them."""
+    for what, (w, h) in (("stored", stored), ("resized", output)):
         if w * h > settings.max_pixels:
             raise RejectedImage(f"{what} size {w}x{h} is {w * h:,} pixels, over --max-pixels "
                                 f"{settings.max_pixels:,}")
-    if settings.encoding == "jpeg" and max(target) > JPEG_MAX_SIDE:
-        raise RejectedImage(f"resized size {target[0]}x{target[1]}: JPEG allows at most "
+    if settings.encoding == "jpeg" and max(output) > JPEG_MAX_SIDE:
+        raise RejectedImage(f"resized size {output[0]}x{output[1]}: JPEG allows at most "
                             f"{JPEG_MAX_SIDE:,} pixels a side (--encoding raw has no such limit)")
 
 
