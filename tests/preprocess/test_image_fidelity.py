@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps, features
 
+import datapipe as dp
 from datapipe.format import Dataset
 from preprocess.image_ops import ImageSettings, prepare_image
+from tests.conftest import convert
 from tests.preprocess.icc_profiles import (
     SPACES,
     grey_profile,
@@ -126,6 +128,9 @@ def _table_inputs(folder: Path) -> list[str]:
         if features.check(fmt):
             _save(base, folder / f"photo.{ext}", quality=95)
             names.append(f"photo.{ext}")
+    if features.check("libtiff"):
+        _save(base, folder / "deflate.tif", compression="tiff_adobe_deflate")
+        names.append("deflate.tif")
     return names
 
 
@@ -354,3 +359,16 @@ def test_a_resume_with_other_image_settings_is_refused(cli, tmp_path: Path) -> N
         assert refused.code == 2 and "interrupted conversion" in refused.err, other
     resumed = cli(*args)
     assert resumed.code == 0 and "kept from the interrupted run" in resumed.out
+
+
+@pytest.mark.parametrize("subsampling", ["4:4:4", "4:2:2"])
+def test_the_loader_reads_every_subsampling(tmp_path: Path, subsampling: str) -> None:
+    for i in range(4):
+        _save(scene(64 + 8 * i, 48), tmp_path / "src" / "c" / f"p{i}.png")
+    out = tmp_path / "out"
+    convert("images", tmp_path / "src", out, "--short-side", 32, "--subsampling", subsampling,
+            "--workers", 1)
+    loader = dp.Loader(out, batch_size=4, num_workers=0,
+                       transform=dp.image.RandomResizedCrop(24))
+    batch = next(iter(loader))
+    assert tuple(batch["image"].shape) == (4, 3, 24, 24)
