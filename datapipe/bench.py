@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +66,7 @@ def decode_ceiling(path: str | Path, workers: int, limit: int | None = None) -> 
         n = len(ds) if limit is None else min(limit, len(ds))
     chunks = np.array_split(np.arange(n), workers * 4)
     context = mp.get_context("fork")
-    with context.Pool(workers, initializer=_open_dataset, initargs=(str(path),)) as pool:
+    with context.Pool(workers, initializer=_open_dataset, initargs=(path,)) as pool:
         pool.map(_decode_range, [c[:8] for c in chunks])  # warm the pool and page cache
         started = time.perf_counter()
         decoded = sum(pool.map(_decode_range, chunks))
@@ -75,7 +76,7 @@ def decode_ceiling(path: str | Path, workers: int, limit: int | None = None) -> 
 _DATASET = None
 
 
-def _open_dataset(path: str) -> None:
+def _open_dataset(path: Any) -> None:
     global _DATASET
     from datapipe.format.dataset import Dataset
 

@@ -52,9 +52,7 @@ def convert_images(src: Path, options: OutputOptions, settings: ImageSettings, w
     """Convert every image under SRC; `progress(done, total)` is called as inputs finish."""
     source = list_images(src)
     columns = BASE_COLUMNS + tuple(Column(n, t) for n, t in source.extra_columns)
-    settings_record = {"short_side": settings.short_side, "quality": settings.quality,
-                       "encoding": settings.encoding, "max_pixels": settings.max_pixels,
-                       "shard_size": options.shard_size}
+    settings_record = {**settings.record(), "shard_size": options.shard_size}
     fingerprint = hash_bytes(json.dumps({
         "kind": "images", "format": options.shard_format, "settings": settings_record,
         "inputs": [(i.source, i.label, list(i.extras)) for i in source.items]},

@@ -2,12 +2,14 @@
 
 Everything a converter writes goes through here, so every converter gets the same guarantees:
 one writer at a time, atomic shards, resume after a kill or a full disk, rejects listed in
-OUT/rejects.jsonl, manifest written last.
+OUT/rejects.jsonl, manifest written last. An OUT that is a URL is written in a local staging
+folder and uploaded at the end (see upload.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import shutil
@@ -17,12 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from datapipe import sizes
 from datapipe.errors import ArgumentError, DataError, DatapipeError
 from datapipe.format.manifest import MANIFEST_NAME, SHARD_FORMATS, Manifest, write_atomic
+from datapipe.format.remote import is_url
 from datapipe.format.schema import Column
 from datapipe.format.writer import ShardSetWriter
 from preprocess.output_lock import LOCK_NAME, OutputLock
 from preprocess.resume import JOURNAL_NAME, Journal
+from preprocess.upload import RemoteTarget, staging_directory
 
 REJECTS_NAME = "rejects.jsonl"
 MAX_SHARD_SIZE = 1 << 40
@@ -30,26 +35,17 @@ MAX_SHARD_SIZE = 1 << 40
 
 def parse_size(text: str) -> int:
     """'256MB', '1.5G', '4096' -> bytes (powers of 1024)."""
-    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
-             "G": 1 << 30, "GB": 1 << 30, "T": 1 << 40, "TB": 1 << 40}
-    s = str(text).strip().upper()
-    number = s.rstrip("KMGTB")
-    try:
-        value = float(number) * units[s[len(number):]]
-    except (ValueError, KeyError):
-        raise ArgumentError(f"--shard-size: cannot read {text!r} as a size (e.g. 256MB)") from None
-    if not 1 <= value <= MAX_SHARD_SIZE:
-        raise ArgumentError(f"--shard-size: {text!r} is out of range (1 byte to 1 TB)")
-    return int(value)
+    return sizes.parse_size(text, "--shard-size", MAX_SHARD_SIZE, "1 TB")
 
 
 @dataclass(frozen=True)
 class OutputOptions:
-    out: Path
+    out: Path | str  # a folder, or a URL such as s3://bucket/prefix
     shard_format: str = "arrow"
     shard_size: int = 256 << 20
     overwrite: bool = False
     strict: bool = False
+    staging: Path | None = None  # for a URL: where shards are made before upload
 
     def __post_init__(self) -> None:
         if self.shard_format not in SHARD_FORMATS:
@@ -61,7 +57,7 @@ class OutputOptions:
 @dataclass
 class ConversionResult:
     manifest: Manifest
-    out: Path
+    out: Path | str
     inputs: int
     rejects: list[dict[str, Any]]
     seconds: float
@@ -123,6 +119,11 @@ class OutputDirectory:
 
     def __init__(self, options: OutputOptions, kind: str, columns: tuple[Column, ...],
                  fingerprint: str) -> None:
+        self.target: RemoteTarget | None = None
+        if is_url(options.out):
+            self.target = RemoteTarget(str(options.out), _is_ours)
+            options = dataclasses.replace(
+                options, out=staging_directory(self.target.url, options.staging))
         self.options = options
         self.kind = kind
         self.columns = columns
@@ -146,6 +147,8 @@ class OutputDirectory:
     def _start(self, fingerprint: str) -> None:
         """Take over OUT: a fresh start, or the intact part of an interrupted run."""
         options = self.options
+        if self.target is not None:
+            self.target.prepare(options.overwrite)
         _prepare_directory(options.out, options.overwrite)
         self.journal = Journal(options.out, fingerprint)
         previous = self.journal.load() if self.journal.exists() else None
@@ -189,7 +192,8 @@ class OutputDirectory:
     def finish(self, inputs: int, settings: dict[str, Any], stats: dict[str, Any],
                tokenizer: dict[str, Any] | None = None,
                classes: tuple[str, ...] | None = None) -> ConversionResult:
-        """Flush the last shard, then write rejects and, last of all, the manifest."""
+        """Flush the last shard, then write rejects and, last of all, the manifest (for a URL:
+        upload them, and the manifest last)."""
         self._current_input = inputs
         out = self.options.out
         with _writing(out):
@@ -202,9 +206,27 @@ class OutputDirectory:
                 kind=self.kind, shard_format=self.options.shard_format, columns=self.columns,
                 shards=tuple(self.writer.shards), settings=settings, tokenizer=tokenizer,
                 classes=classes, stats={**stats, "inputs": inputs, "rejected": len(self.rejects)})
-            manifest.save(out)
-            self.journal.remove()
+            if self.target is None:
+                manifest.save(out)
+                self.journal.remove()
+        if self.target is not None:
+            self._publish(manifest)
         self.lock.release()
-        return ConversionResult(manifest=manifest, out=out, inputs=inputs, rejects=self.rejects,
+        with contextlib.suppress(OSError):
+            if self.target is not None:
+                out.rmdir()  # the staging folder, emptied by _publish
+        return ConversionResult(manifest=manifest, out=self.target.url if self.target else out,
+                                inputs=inputs, rejects=self.rejects,
                                 seconds=time.perf_counter() - self.started,
                                 resumed_shards=self.resumed_shards)
+
+    def _publish(self, manifest: Manifest) -> None:
+        """Upload the staged dataset, then empty the staging folder (all but the lock). Until
+        the upload is done, the journal stays: a rerun after a kill resumes it."""
+        out = self.options.out
+        self.target.upload(out, manifest, [REJECTS_NAME])
+        with _writing(out):
+            self.journal.remove()
+            for path in out.iterdir():
+                if path.name != LOCK_NAME:
+                    path.unlink()

@@ -65,22 +65,23 @@ class ArrowShardReader(ShardReader):
     """Memory-maps the file; payload columns become numpy views over the mapping."""
 
     def __init__(self, path: str | Path, columns: tuple[Column, ...],
-                 first_sample: int = 0) -> None:
-        super().__init__(path, columns, first_sample)
+                 first_sample: int = 0, where: str | None = None,
+                 dataset: str | None = None) -> None:
+        super().__init__(path, columns, first_sample, where, dataset)
         try:
             self._source = pa.memory_map(str(self.path), "r")
             reader = pa.ipc.open_file(self._source)
             batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
         except FileNotFoundError:
-            raise DataError(f"{self.path}: shard file is missing") from None
+            raise DataError(f"{self.where}: shard file is missing") from None
         except (pa.ArrowInvalid, OSError) as exc:
             raise self.corrupt_shard(f"not a readable Arrow shard ({exc})") from None
         if not batches:
-            raise DataError(f"{self.path}: Arrow shard has no record batches")
+            raise DataError(f"{self.where}: Arrow shard has no record batches")
         table = pa.Table.from_batches(batches)
         for name in self.columns:
             if name not in table.column_names:
-                raise DataError(f"{self.path}: shard lacks column {name!r}")
+                raise DataError(f"{self.where}: shard lacks column {name!r}")
         self._check_structure(batches)
         self._table = table
         self.num_rows = table.num_rows
@@ -110,7 +111,7 @@ class ArrowShardReader(ShardReader):
     def scalar(self, name: str) -> np.ndarray:
         col = self._column(name)
         if not col.is_scalar:
-            raise DataError(f"{self.path}: column {name!r} is {col.type}, not a scalar")
+            raise DataError(f"{self.where}: column {name!r} is {col.type}, not a scalar")
         # Straight from the value buffers: to_numpy() imports pandas when it is installed, which
         # costs 0.3 s in every fresh worker.
         dtype = col.numpy_dtype
@@ -124,7 +125,7 @@ class ArrowShardReader(ShardReader):
         self._check_row(row)
         views = self._payloads.get(name)
         if views is None:
-            raise DataError(f"{self.path}: column {name!r} is not a payload column")
+            raise DataError(f"{self.where}: column {name!r} is not a payload column")
         if len(views) == 1:
             offsets, values = views[0]
         else:

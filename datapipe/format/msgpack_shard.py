@@ -61,15 +61,16 @@ class MsgpackShardReader(ShardReader):
     must unpack to one cell per column, payloads as whole `bin` values of their dtype."""
 
     def __init__(self, path: str | Path, columns: tuple[Column, ...],
-                 first_sample: int = 0) -> None:
-        super().__init__(path, columns, first_sample)
+                 first_sample: int = 0, where: str | None = None,
+                 dataset: str | None = None) -> None:
+        super().__init__(path, columns, first_sample, where, dataset)
         try:
             with open(self.path, "rb") as f:
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except FileNotFoundError:
-            raise DataError(f"{self.path}: shard file is missing") from None
+            raise DataError(f"{self.where}: shard file is missing") from None
         except (OSError, ValueError) as exc:
-            raise DataError(f"{self.path}: not a readable msgpack shard ({exc})") from None
+            raise DataError(f"{self.where}: not a readable msgpack shard ({exc})") from None
         footer, footer_start = self._read_footer()
         try:
             self._read_index(footer, footer_start)
@@ -85,7 +86,7 @@ class MsgpackShardReader(ShardReader):
         self._position = {name: i for i, name in enumerate(stored)}
         missing = [n for n in self.columns if n not in self._position]
         if missing or len(self._offsets) != self.num_rows + 1:
-            raise DataError(f"{self.path}: shard lacks columns {missing} or its index is damaged")
+            raise DataError(f"{self.where}: shard lacks columns {missing} or its index is damaged")
         self._check_offsets(footer_start)
         self._scalars: dict[str, np.ndarray] = {}
         for name, raw in footer["scalars"].items():
@@ -140,13 +141,13 @@ class MsgpackShardReader(ShardReader):
     def scalar(self, name: str) -> np.ndarray:
         col = self._column(name)
         if not col.is_scalar:
-            raise DataError(f"{self.path}: column {name!r} is {col.type}, not a scalar")
+            raise DataError(f"{self.where}: column {name!r} is {col.type}, not a scalar")
         return self._scalars[name]
 
     def payload(self, name: str, row: int) -> np.ndarray:
         col = self._column(name)
         if not col.is_payload:
-            raise DataError(f"{self.path}: column {name!r} is not a payload column")
+            raise DataError(f"{self.where}: column {name!r} is not a payload column")
         cell = self._record(row)[self._position[name]]
         if not isinstance(cell, bytes) or len(cell) % col.numpy_dtype.itemsize:
             raise self.corrupt(row, f"damaged record (column {name!r} is not a whole "

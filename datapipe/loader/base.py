@@ -13,6 +13,7 @@ class LoaderBase:
     """Subclasses set `self._producer` and implement `_identity()` and `_iterate()`."""
 
     _producer: Any = None
+    _prefetcher: Any = None  # downloads a remote dataset's next shards (format/prefetch.py)
 
     def __init__(self) -> None:
         self._position = LoaderPosition()
@@ -73,13 +74,30 @@ class LoaderBase:
     def _begin_epoch(self) -> tuple[int, int]:
         """(epoch, first batch) of the iteration that is starting."""
         start = self._position.begin_iteration()
+        self._prefetch_from(self._position.epoch, start)
         return self._position.epoch, start
+
+    def _prefetch_from(self, epoch: int, batch: int) -> None:
+        """Say which batch comes next, for a remote dataset's shard prefetcher (started on
+        first use, before any worker)."""
+        if self._prefetcher is None:
+            from datapipe.format.sources import RemoteLocation
+
+            location = getattr(self, "path", None)
+            if not isinstance(location, RemoteLocation):
+                return
+            from datapipe.format.prefetch import ShardPrefetcher
+
+            self._prefetcher = ShardPrefetcher(location, self._plan)
+        self._prefetcher.advance(epoch, batch)
 
     def _handed_out(self, b: int, num_batches: int) -> None:
         """Count batch b as delivered: positions count what the caller got, not what was
         built ahead."""
         self._position.batches_done = b + 1
         self._position.epoch_finished = b + 1 == num_batches
+        if self._prefetcher is not None:
+            self._prefetcher.advance(self._position.epoch, b + 1)
 
     def _finish_empty(self, start: int, num_batches: int) -> None:
         if start == num_batches:
@@ -88,6 +106,8 @@ class LoaderBase:
     def close(self) -> None:
         if self._producer is not None:
             self._producer.close()
+        if self._prefetcher is not None:
+            self._prefetcher.close()
 
     def __enter__(self) -> LoaderBase:
         return self

@@ -10,6 +10,7 @@ import numpy as np
 
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
+from datapipe.format.sources import Location
 from datapipe.image.cpu_decode import decode_into
 from datapipe.image.normalize import NUMPY_DTYPES, normalize_table
 from datapipe.image.transforms import Normalize, Pipeline, plan_crops
@@ -22,7 +23,7 @@ ON_ERROR = ("raise", "skip")
 class ImageBatchSpec:
     """Everything a worker needs to build batches (small and picklable)."""
 
-    directory: str
+    directory: str | Location  # a path or URL
     pipeline: Pipeline
     out_size: tuple[int, int]
     seed: int

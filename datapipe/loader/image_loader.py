@@ -15,6 +15,7 @@ import torch
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
 from datapipe.format.integrity import check_verify_mode
+from datapipe.format.sources import resolve_location
 from datapipe.image.batch_ops import BatchTransforms, split_for_workers
 from datapipe.image.normalize import TORCH_DTYPES
 from datapipe.image.transforms import Transform, as_pipeline
@@ -49,6 +50,12 @@ class Loader(LoaderBase):
     stored size is also checked against its JPEG header as it is decoded: a mismatch is a decode
     failure, which ``on_error`` governs. ``verify="open"`` also hashes every shard against the
     manifest when the loader is made (once: workers inherit the result).
+
+    ``path`` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``, any fsspec protocol):
+    shards then stream into a node-local cache (``cache_dir``, else ``$DATAPIPE_CACHE_DIR``,
+    else ``~/.cache/datapipe``; at most ``cache_size`` bytes, e.g. ``"200GB"``, else
+    ``$DATAPIPE_CACHE_SIZE``, else 100 GB), shared by every process on the node; see
+    docs/REMOTE.md.
     """
 
     def __init__(self, path: str | Path, batch_size: int = 256, *, shuffle: bool = True,
@@ -56,7 +63,9 @@ class Loader(LoaderBase):
                  transform: Transform | None = None, device: str | torch.device = "cpu",
                  drop_last: bool = False, persistent: bool = True, rank: int | None = None,
                  world_size: int | None = None, prefetch: int = 2, on_error: str = "raise",
-                 extra_columns: tuple[str, ...] | None = None, verify: str = "cheap") -> None:
+                 extra_columns: tuple[str, ...] | None = None, verify: str = "cheap",
+                 cache_dir: str | Path | None = None, cache_size: int | str | None = None,
+                 ) -> None:
         if batch_size < 1:
             raise ArgumentError(f"batch_size must be >= 1, got {batch_size}")
         if decode not in DECODERS:
@@ -65,7 +74,7 @@ class Loader(LoaderBase):
         super().__init__()
         if prefetch < 1:
             raise ArgumentError(f"prefetch must be >= 1, got {prefetch}")
-        self.path = Path(path)
+        self.path = resolve_location(path, cache_dir, cache_size)
         seed = check_counter("seed", seed)
         self.batch_size, self.shuffle, self.seed, self.drop_last = (batch_size, shuffle, seed,
                                                                     drop_last)
@@ -85,7 +94,7 @@ class Loader(LoaderBase):
             extras = self._extra_columns(ds, extra_columns)
         in_workers, batch_steps = (split_for_workers(self.pipeline.batch_steps, self.device)
                                    if decode == "cpu" else (None, self.pipeline.batch_steps))
-        self.spec = ImageBatchSpec(str(self.path), self.pipeline, out_size, seed, on_error, extras,
+        self.spec = ImageBatchSpec(self.path, self.pipeline, out_size, seed, on_error, extras,
                                    verify, normalize=in_workers)
         self.batch_transforms = BatchTransforms(batch_steps, seed)
         # Copies images from the batch buffers in place (page-locked) on CUDA.

@@ -9,15 +9,18 @@ import numpy as np
 
 from datapipe.format.dataset import Dataset
 from datapipe.format.manifest import Manifest
+from datapipe.format.sources import Location
 from datapipe.loader.workers import BatchTask, worker_timing
 
 
 class TokenBatchBuilder:
-    def __init__(self, directory: str, verify: str = "cheap") -> None:
+    def __init__(self, directory: str | Location, verify: str = "cheap") -> None:
         self.dataset = Dataset(directory, verify=verify)
         self.dtype = self.dataset.manifest.column("tokens").numpy_dtype
         self.vocab_size = _checkable_vocab_size(self.dataset.manifest, self.dtype)
         self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # A remote dataset closes shards it no longer needs: their views must go too.
+        self.dataset.on_close(lambda k: self._views.pop(k, None))
 
     def _shard_views(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(offsets, values) of shard k's token column, for direct slicing."""

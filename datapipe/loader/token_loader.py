@@ -15,6 +15,7 @@ import torch
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
 from datapipe.format.integrity import check_verify_mode
+from datapipe.format.sources import resolve_location
 from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import prefetch_to_device, resolve_device
@@ -69,6 +70,9 @@ class TokenLoader(LoaderBase):
     and every batch's ids against the vocabulary size, in the workers; verify="open" also hashes
     every shard against the manifest when the loader is made (once: workers inherit the result).
     A failed check is a `DataError` naming the shard, row and document.
+
+    `path` may be a URL, read through a node-local cache (`cache_dir`, `cache_size`): as for
+    `Loader`, see docs/REMOTE.md.
     """
 
     def __init__(self, path: str | Path, max_tokens: int | None = None, *,
@@ -78,9 +82,11 @@ class TokenLoader(LoaderBase):
                  tokenizer: str | None = None, rank: int | None = None,
                  world_size: int | None = None, device: str | torch.device = "cpu",
                  prefetch: int = 4, persistent: bool = True, bucket_batches: int = 64,
-                 pack_window: int = 16384, verify: str = "cheap") -> None:
+                 pack_window: int = 16384, verify: str = "cheap",
+                 cache_dir: str | Path | None = None, cache_size: int | str | None = None,
+                 ) -> None:
         super().__init__()
-        self.path = Path(path)
+        self.path = resolve_location(path, cache_dir, cache_size)
         verify = check_verify_mode(verify)
         seed = check_counter("seed", seed)
         num_workers = check_counter("num_workers", num_workers)
@@ -105,7 +111,7 @@ class TokenLoader(LoaderBase):
         self._tokens_seen = 0
         self._tokens_computed = 0
         self._producer = BatchProducer(
-            functools.partial(TokenBatchBuilder, str(self.path), verify), num_workers, prefetch,
+            functools.partial(TokenBatchBuilder, self.path, verify), num_workers, prefetch,
             self._max_batch_tokens() * self.token_dtype.itemsize, persistent)
 
     def _validate(self, prefetch: int) -> None:

@@ -15,12 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from datapipe.format.dataset import Dataset
-from datapipe.format.hashing import hash_bytes, hash_file
-from datapipe.format.manifest import MANIFEST_NAME
+from datapipe.format.hashing import hash_bytes
 
 
-def _cache_prefix(directory: Path) -> str:
-    return f".datapipe-lengths-{hash_file(directory / MANIFEST_NAME).split(':')[1][:16]}-"
+def _cache_prefix(dataset: Dataset) -> str:
+    return f".datapipe-lengths-{dataset.manifest_digest().split(':')[1][:16]}-"
 
 
 def _content_digest(lengths: np.ndarray) -> str:
@@ -29,13 +28,14 @@ def _content_digest(lengths: np.ndarray) -> str:
 
 def document_lengths(dataset: Dataset) -> np.ndarray:
     """int64 length of every document, in global order."""
-    prefix = _cache_prefix(dataset.directory)
-    for path in dataset.directory.glob(f"{prefix}*.npy"):
+    prefix = _cache_prefix(dataset)
+    directory = dataset.side_directory  # a remote dataset's is in the node's cache
+    for path in directory.glob(f"{prefix}*.npy"):
         lengths = _load_intact(path, len(dataset))
         if lengths is not None:
             return lengths
     lengths = dataset.scalar("length").astype(np.int64)
-    _save_quietly(dataset.directory / f"{prefix}{_content_digest(lengths)}.npy", lengths)
+    _save_quietly(directory / f"{prefix}{_content_digest(lengths)}.npy", lengths)
     return lengths
 
 
