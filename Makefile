@@ -26,6 +26,7 @@ bench: setup
 	$(PY) -m benchmarks.bench_text
 	$(PY) -m benchmarks.bench_profiler
 	$(PY) -m benchmarks.bench_gpu
+	$(PY) -m benchmarks.bench_handoff
 
 clean:
 	rm -rf $(VENV) demo-out bench-data bench-results

@@ -7,14 +7,17 @@
  *   scaled box. `pixels` is packed RGB, `height` rows of `width` pixels, whose top-left pixel
  *   is scaled image pixel (left, top).
  *
- * crop_into(data, region, scale_denom, box, flip, out, path="auto", size=(0, 0)) -> None
+ * crop_into(data, region, scale_denom, box, flip, out, path="auto", size=(0, 0),
+ *           table=None) -> None
  *   The loader's whole per-image job in one call: decode `region` (x, y, w, h in stored pixels)
  *   as above, then resample the float `box` (x0, y0, x1, y1, stored pixels) with PIL's
  *   antialiased bilinear filter to fill `out` (a writable C-contiguous H x W x 3 uint8 array),
  *   mirrored when `flip`. No intermediate Python objects; working memory is reused per thread.
  *   `path` picks the resampler's code ("auto", or one of resample_paths(), for tests). With
  *   `size` (width, height), a JPEG of any other size is an error before anything is decoded:
- *   the region and box were planned from that size.
+ *   the region and box were planned from that size. `table` (3 x 256 values of 2 or 4 bytes,
+ *   C-contiguous) maps each channel's byte to what `out` holds instead (normalised floats,
+ *   written as the batch's dtype): `out` is then H x W x 3 of the table's item size.
  *
  * resample_paths() -> tuple of the resampler paths this build and CPU can run.
  *
@@ -208,20 +211,51 @@ static PyObject *resample_paths(PyObject *self, PyObject *unused) {
     return result;
 }
 
+/* `table` (None, or 3 x 256 items of 2 or 4 bytes) into `map`; 0, or -1 with an exception. */
+static int get_output_map(PyObject *table_obj, Py_buffer *table, struct output_map *map) {
+    map->table = NULL;
+    map->itemsize = 1;
+    if (table_obj == Py_None) return 0;
+    if (PyObject_GetBuffer(table_obj, table, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)) return -1;
+    if ((table->itemsize != 2 && table->itemsize != 4) || table->len != 768 * table->itemsize) {
+        PyBuffer_Release(table);
+        PyErr_SetString(PyExc_ValueError, "table must hold 3 x 256 values of 2 or 4 bytes");
+        return -1;
+    }
+    map->table = table->buf;
+    map->itemsize = (int)table->itemsize;
+    return 0;
+}
+
+/* `out` as a writable C-contiguous H x W x 3 array of `itemsize`-byte items; 0, or -1. */
+static int get_output(PyObject *out_obj, int itemsize, Py_buffer *out) {
+    if (PyObject_GetBuffer(out_obj, out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT))
+        return -1;
+    if (out->ndim != 3 || out->shape[2] != 3 || out->itemsize != itemsize ||
+        out->shape[0] < 1 || out->shape[1] < 1) {
+        PyBuffer_Release(out);
+        PyErr_Format(PyExc_ValueError, "out must be a C-contiguous H x W x 3 array of %d-byte "
+                     "items (uint8, or the table's item size)", itemsize);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"data", "region", "scale_denom", "box", "flip", "out", "path",
-                               "size", NULL};
-    Py_buffer data, out;
+                               "size", "table", NULL};
+    Py_buffer data, out, table = {0};
     int rx, ry, rw, rh, denom, flip, failed = 0, expect_w = 0, expect_h = 0;
     const char *path_name = "auto";
     double bx0, by0, bx1, by1;
-    PyObject *out_obj;
+    PyObject *out_obj, *table_obj = Py_None;
     struct region r;
+    struct output_map map;
     char message[JMSG_LENGTH_MAX] = "";
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*(iiii)i(dddd)pO|s(ii)", keywords, &data,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*(iiii)i(dddd)pO|s(ii)O", keywords, &data,
                                      &rx, &ry, &rw, &rh, &denom, &bx0, &by0, &bx1, &by1, &flip,
-                                     &out_obj, &path_name, &expect_w, &expect_h))
+                                     &out_obj, &path_name, &expect_w, &expect_h, &table_obj))
         return NULL;
     int path = resample_path(path_name);
     if (path < 0 || !resample_path_available(path)) {
@@ -229,19 +263,13 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
         return PyErr_Format(PyExc_ValueError, "resampler path %s is not available here",
                             path_name);
     }
-    if (check_denom(denom)) {
+    if (check_denom(denom) || get_output_map(table_obj, &table, &map)) {
         PyBuffer_Release(&data);
         return NULL;
     }
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)) {
+    if (get_output(out_obj, map.itemsize, &out)) {
         PyBuffer_Release(&data);
-        return NULL;
-    }
-    if (out.ndim != 3 || out.shape[2] != 3 || out.itemsize != 1 || out.shape[0] < 1 ||
-        out.shape[1] < 1) {
-        PyBuffer_Release(&data);
-        PyBuffer_Release(&out);
-        PyErr_SetString(PyExc_ValueError, "out must be a C-contiguous H x W x 3 uint8 array");
+        if (map.table != NULL) PyBuffer_Release(&table);
         return NULL;
     }
     int out_h = (int)out.shape[0], out_w = (int)out.shape[1];
@@ -249,6 +277,7 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (mem == NULL) {
         PyBuffer_Release(&data);
         PyBuffer_Release(&out);
+        if (map.table != NULL) PyBuffer_Release(&table);
         return PyErr_NoMemory();
     }
     Py_BEGIN_ALLOW_THREADS
@@ -266,7 +295,7 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
             strcpy(message, "crop box outside the decoded region");
             failed = 1;
         } else if (resample_box_rgbx_to_rgb(r.pixels, r.width, r.height, r.stride, x0, y0, x1,
-                                            y1, flip, out.buf, out_w, out_h, path,
+                                            y1, flip, out.buf, out_w, out_h, path, &map,
                                             &mem->resample)) {
             strcpy(message, "out of memory");
             failed = 1;
@@ -275,6 +304,7 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
     PyBuffer_Release(&out);
+    if (map.table != NULL) PyBuffer_Release(&table);
     if (failed) return PyErr_Format(PyExc_ValueError, "libjpeg: %s", message);
     Py_RETURN_NONE;
 }
@@ -283,7 +313,8 @@ static PyMethodDef methods[] = {
     {"decode_region", decode_region, METH_VARARGS,
      "decode_region(data, x0, y0, w, h, scale_denom) -> (rgb, width, height, left, top)"},
     {"crop_into", (PyCFunction)(void (*)(void))crop_into, METH_VARARGS | METH_KEYWORDS,
-     "crop_into(data, region, scale_denom, box, flip, out, path='auto', size=(0, 0)) -> None"},
+     "crop_into(data, region, scale_denom, box, flip, out, path='auto', size=(0, 0), "
+     "table=None) -> None"},
     {"resample_paths", resample_paths, METH_NOARGS,
      "resample_paths() -> the resampler paths this build and CPU can run"},
     {NULL, NULL, 0, NULL}};

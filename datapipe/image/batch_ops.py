@@ -1,4 +1,10 @@
-"""Per-batch photometric transforms, run once per batch on the batch's device (kornia)."""
+"""Per-batch photometric transforms, run once per batch on the batch's device (kornia).
+
+On device="cuda" they run on the GPU after the copy (uint8 crosses the bus: a quarter of
+float32's bytes). On device="cpu" a leading `Normalize` is done by the workers while they
+decode (see `datapipe.image.normalize`); what remains here, `ColorJitter` above all, runs in the
+process that iterates the loader: it is a batch op over float images, as kornia does it.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,13 @@ import zlib
 import torch
 
 from datapipe.errors import ArgumentError
+from datapipe.image.normalize import normalize_, normalize_constants, scale_to_unit
 from datapipe.image.transforms import ColorJitter, Normalize, Transform
-
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class BatchTransforms:
-    """uint8 N x C x H x W in, floats out (normalised if `Normalize` is among the steps)."""
+    """N x C x H x W in: uint8 (scaled to [0, 1] first) or floats the workers have already
+    normalised; floats out (normalised if `Normalize` is among the steps)."""
 
     def __init__(self, steps: tuple[Transform, ...], seed: int) -> None:
         self.steps = steps
@@ -30,21 +36,19 @@ class BatchTransforms:
         return bool(self.steps)
 
     def __call__(self, images: torch.Tensor, epoch: int, batch_no: int) -> torch.Tensor:
-        x = images.float().div_(255.0)
+        x = scale_to_unit(images) if images.dtype == torch.uint8 else images
         for step in self.steps:
             if isinstance(step, ColorJitter):
                 x = self._apply_jitter(step, x, epoch, batch_no)
             elif isinstance(step, Normalize):
-                mean, std = self._normalize_constants(step, x.device)
-                x = x.sub_(mean).div_(std).to(_DTYPES[step.dtype])
+                x = normalize_(x, step, *self._normalize_constants(step, x.device))
         return x
 
     def _normalize_constants(self, step: Normalize,
                              device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         key = (id(step), device)
         if key not in self._constants:
-            self._constants[key] = (torch.tensor(step.mean, device=device).view(1, 3, 1, 1),
-                                    torch.tensor(step.std, device=device).view(1, 3, 1, 1))
+            self._constants[key] = normalize_constants(step, device)
         return self._constants[key]
 
     def _apply_jitter(self, step: ColorJitter, x: torch.Tensor, epoch: int,
@@ -55,6 +59,17 @@ class BatchTransforms:
             torch.manual_seed(zlib.crc32(f"{self.seed}/{epoch}/{batch_no}".encode()))
             module = self._jitter[id(step)].to(x.device)
             return module(x)
+
+
+def split_for_workers(steps: tuple[Transform, ...],
+                      device: torch.device) -> tuple[Normalize | None, tuple[Transform, ...]]:
+    """(the Normalize the CPU workers do while decoding, or None; the steps left as batch ops).
+
+    Only a leading Normalize moves, and only on the CPU: a jitter before it needs the batch
+    in [0, 1] first, and on CUDA uint8 crosses the bus and the device normalises."""
+    if device.type == "cpu" and steps and isinstance(steps[0], Normalize):
+        return steps[0], steps[1:]
+    return None, steps
 
 
 def _kornia_jitter(step: ColorJitter) -> torch.nn.Module:

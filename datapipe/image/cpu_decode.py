@@ -4,6 +4,10 @@ With the C extension, one call per image decodes the crop's region (at 1/2^k DCT
 crop is at least twice the output) and resamples it, flipped, straight into the batch buffer.
 Without it, PIL decodes (with `draft` for the DCT scaling) and resizes. Either way the GIL is
 released while pixels are processed.
+
+Given a `table` (see `datapipe.image.normalize_table`), each channel's byte is written as the
+table's value instead: normalised floats land in the batch buffer in the same pass, so the
+process that hands batches to training never touches pixels.
 """
 
 from __future__ import annotations
@@ -25,8 +29,12 @@ _VERIFY_HINT = " (a corrupt shard? `datapipe verify` re-hashes it)"
 
 
 def decode_into(payload: bytes, encoding: str, height: int, width: int,
-                box: np.ndarray, flip: bool, out: np.ndarray) -> None:
-    """Decode one stored image, crop `box` (x0, y0, w, h), resize to `out` (H, W, 3), flip."""
+                box: np.ndarray, flip: bool, out: np.ndarray,
+                table: np.ndarray | None = None) -> None:
+    """Decode one stored image, crop `box` (x0, y0, w, h), resize to `out` (H, W, 3), flip.
+
+    `out` is uint8, or with a 3 x 256 `table` of the table's dtype: out[y, x, c] is then
+    table[c, byte]."""
     out_h, out_w = out.shape[:2]
     x0, y0, cw, ch = (int(v) for v in box)
     if encoding == "raw":
@@ -36,11 +44,11 @@ def decode_into(payload: bytes, encoding: str, height: int, width: int,
         if (cw, ch) == (out_w, out_h):
             pixels = np.frombuffer(payload, dtype=np.uint8).reshape(height, width, 3)
             region = pixels[y0:y0 + ch, x0:x0 + cw]
-            out[:] = region[:, ::-1] if flip else region
+            _store(region[:, ::-1] if flip else region, out, table)
             return
         image = Image.frombuffer("RGB", (width, height), payload, "raw", "RGB", 0, 1)
     elif crop_into is not None and _region_into(payload, width, height, (x0, y0, cw, ch),
-                                                    flip, out):
+                                                    flip, out, table):
         return
     else:
         image = Image.open(io.BytesIO(payload))  # BytesIO shares a bytes object, no copy
@@ -62,11 +70,22 @@ def decode_into(payload: bytes, encoding: str, height: int, width: int,
         resized = image.resize((out_w, out_h), _RESAMPLE, box=crop)
     if flip:  # PIL flips its own rows fast; a negative-stride numpy copy is 3x slower
         resized = resized.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-    out[:] = np.asarray(resized)
+    _store(np.asarray(resized), out, table)
+
+
+_CHANNELS = np.arange(3)
+
+
+def _store(pixels: np.ndarray, out: np.ndarray, table: np.ndarray | None) -> None:
+    """uint8 H x W x 3 pixels into `out`, through `table` when there is one."""
+    if table is None:
+        out[:] = pixels
+    else:
+        out[:] = table[_CHANNELS, pixels]
 
 
 def _region_into(payload: bytes, width: int, height: int, box: tuple[int, int, int, int],
-                 flip: bool, out: np.ndarray) -> bool:
+                 flip: bool, out: np.ndarray, table: np.ndarray | None) -> bool:
     """Decode only the crop's rows and iMCU columns, at the smallest 1/2^k scale that still
     covers the output, and resample straight into `out`. False when libjpeg declines (e.g.
     CMYK, or a JPEG whose size is not the stored one): the caller uses PIL, which names the
@@ -82,7 +101,7 @@ def _region_into(payload: bytes, width: int, height: int, box: tuple[int, int, i
     rx1, ry1 = min(width, x0 + cw + margin), min(height, y0 + ch + margin)
     try:
         crop_into(payload, (rx0, ry0, rx1 - rx0, ry1 - ry0), denom,
-                  (x0, y0, x0 + cw, y0 + ch), flip, out, size=(width, height))
+                  (x0, y0, x0 + cw, y0 + ch), flip, out, size=(width, height), table=table)
     except ValueError:
         return False
     return True

@@ -325,10 +325,69 @@ int resample_path_available(int path) {
     }
 }
 
+/* One output row of `row_bytes` bytes from the horizontal pass's rows (see vertical_*). */
+static void vertical_row(int path, const uint8_t *first, size_t stride, int row_bytes,
+                         int npairs, const int32_t *c, uint8_t *out) {
+#if HAVE_AVX2
+    if (path == RESAMPLE_AVX2) {
+        vertical_avx2(first, stride, row_bytes, npairs, c, out);
+        return;
+    }
+#endif
+#if HAVE_SSE2
+    if (path != RESAMPLE_PORTABLE) {
+        vertical_sse2(first, stride, row_bytes, npairs, c, out);
+        return;
+    }
+#endif
+    vertical_scalar(first, stride, row_bytes, npairs, c, out);
+}
+
+/* A row of RGB bytes through the per-channel table: three lookups per pixel, unrolled so the
+   channel is known at compile time. */
+static void map_row32(const uint8_t *bytes, int row_bytes, const uint32_t *table,
+                      uint32_t *out) {
+    const uint32_t *r = table, *g = table + 256, *b = table + 512;
+    for (int x = 0; x < row_bytes; x += 3) {
+        out[x] = r[bytes[x]];
+        out[x + 1] = g[bytes[x + 1]];
+        out[x + 2] = b[bytes[x + 2]];
+    }
+}
+
+static void map_row16(const uint8_t *bytes, int row_bytes, const uint16_t *table,
+                      uint16_t *out) {
+    const uint16_t *r = table, *g = table + 256, *b = table + 512;
+    for (int x = 0; x < row_bytes; x += 3) {
+        out[x] = r[bytes[x]];
+        out[x + 1] = g[bytes[x + 1]];
+        out[x + 2] = b[bytes[x + 2]];
+    }
+}
+
+/* The vertical pass: each output row straight into `dst`, or into `row` (row_bytes of
+   scratch) and then through the map. */
+static void vertical_pass(int path, const uint8_t *tmp, size_t stride, int first_row,
+                          const struct axis *ay, int row_bytes, int out_h,
+                          const struct output_map *map, uint8_t *row, void *dst) {
+    int mapped = map != NULL && map->table != NULL;
+    size_t out_row = (size_t)row_bytes * (size_t)(mapped ? map->itemsize : 1);
+    for (int i = 0; i < out_h; i++) {
+        const uint8_t *first = tmp + stride * (size_t)(ay->start[i] - first_row);
+        const int32_t *c = ay->pairs + (size_t)i * (size_t)ay->max_pairs;
+        uint8_t *out = (uint8_t *)dst + out_row * (size_t)i;
+        vertical_row(path, first, stride, row_bytes, ay->npairs[i], c, mapped ? row : out);
+        if (mapped && map->itemsize == 4)
+            map_row32(row, row_bytes, map->table, (uint32_t *)out);
+        else if (mapped)
+            map_row16(row, row_bytes, map->table, (uint16_t *)out);
+    }
+}
+
 int resample_box_rgbx_to_rgb(const uint8_t *src, int src_w, int src_h, size_t src_stride,
                              double x0, double y0, double x1, double y1, int flip,
-                             uint8_t *dst, int out_w, int out_h, int path,
-                             struct scratch *work) {
+                             void *dst, int out_w, int out_h, int path,
+                             const struct output_map *map, struct scratch *work) {
     struct axis ax = {0}, ay = {0};
     int status = -1;
     if (axis_init(&ax, src_w, out_w, x0, x1) || axis_init(&ay, src_h, out_h, y0, y1)) goto done;
@@ -343,7 +402,9 @@ int resample_box_rgbx_to_rgb(const uint8_t *src, int src_w, int src_h, size_t sr
     }
     int row_bytes = 3 * out_w;
     size_t stride = ((size_t)row_bytes + 1 + 15) & ~(size_t)15; /* room for 8-byte loads */
-    uint8_t *tmp = scratch_reserve(work, stride * (size_t)(end_row - first_row));
+    size_t tmp_bytes = stride * (size_t)(end_row - first_row);
+    /* After the rows: one output row of bytes, for a map to read. */
+    uint8_t *tmp = scratch_reserve(work, tmp_bytes + (size_t)row_bytes + 16);
     if (tmp == NULL) goto done;
 
     if (path == RESAMPLE_AUTO)
@@ -375,24 +436,8 @@ int resample_box_rgbx_to_rgb(const uint8_t *src, int src_w, int src_h, size_t sr
             horizontal_scalar(row, &ax, out_w, flip, line);
         y += rows;
     }
-    for (int i = 0; i < out_h; i++) {
-        const uint8_t *first = tmp + stride * (size_t)(ay.start[i] - first_row);
-        const int32_t *c = ay.pairs + (size_t)i * (size_t)ay.max_pairs;
-        uint8_t *out = dst + (size_t)row_bytes * (size_t)i;
-#if HAVE_AVX2
-        if (path == RESAMPLE_AVX2) {
-            vertical_avx2(first, stride, row_bytes, ay.npairs[i], c, out);
-            continue;
-        }
-#endif
-#if HAVE_SSE2
-        if (path != RESAMPLE_PORTABLE) {
-            vertical_sse2(first, stride, row_bytes, ay.npairs[i], c, out);
-            continue;
-        }
-#endif
-        vertical_scalar(first, stride, row_bytes, ay.npairs[i], c, out);
-    }
+    vertical_pass(path, tmp, stride, first_row, &ay, row_bytes, out_h, map, tmp + tmp_bytes,
+                  dst);
     status = 0;
 done:
     axis_free(&ax);

@@ -29,15 +29,23 @@ enum { RESAMPLE_AUTO = 0, RESAMPLE_PORTABLE = 1, RESAMPLE_SSE2 = 2, RESAMPLE_AVX
 /* Whether this build and CPU can run `path`. */
 int resample_path_available(int path);
 
+/* What each output byte becomes: itself (`table` NULL), or entry [channel][byte] of a
+   3 x 256 table of `itemsize`-byte values (2 or 4), e.g. the byte normalised to a float. A
+   table lookup gives exactly the values it was filled with, however they were rounded. */
+struct output_map {
+    const void *table;
+    int itemsize;
+};
+
 /*
  * Resample box (x0, y0)-(x1, y1) of `src` (RGBX pixels, rows `src_stride` bytes apart; each
  * row must have 4 readable bytes after its last pixel) to out_w x out_h packed RGB at `dst`,
- * mirrored left-right when `flip`, computed by `path` (RESAMPLE_AUTO: the fastest available).
- * Returns 0, or -1 when out of memory.
+ * mirrored left-right when `flip`, computed by `path` (RESAMPLE_AUTO: the fastest available),
+ * each byte written as `map` says (NULL: bytes). Returns 0, or -1 when out of memory.
  */
 int resample_box_rgbx_to_rgb(const uint8_t *src, int src_w, int src_h, size_t src_stride,
                              double x0, double y0, double x1, double y1, int flip,
-                             uint8_t *dst, int out_w, int out_h, int path,
-                             struct scratch *work);
+                             void *dst, int out_w, int out_h, int path,
+                             const struct output_map *map, struct scratch *work);
 
 #endif

@@ -12,7 +12,8 @@ from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
 from datapipe.format.sources import Location
 from datapipe.image.cpu_decode import decode_into
-from datapipe.image.transforms import Pipeline, plan_crops
+from datapipe.image.normalize import NUMPY_DTYPES, normalize_table
+from datapipe.image.transforms import Normalize, Pipeline, plan_crops
 from datapipe.loader.workers import BatchTask, worker_timing
 
 ON_ERROR = ("raise", "skip")
@@ -29,13 +30,23 @@ class ImageBatchSpec:
     on_error: str = "raise"
     extra_columns: tuple[str, ...] = ()
     verify: str = "cheap"  # see datapipe/format/integrity.py
+    normalize: Normalize | None = None  # done while decoding: the batch then holds its dtype
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
             raise ArgumentError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
 
+    @property
+    def pixel_dtype(self) -> str:
+        """What a batch buffer holds: "uint8", or Normalize's dtype."""
+        return self.normalize.dtype if self.normalize else "uint8"
+
+    def image_nbytes(self, count: int) -> int:
+        itemsize = NUMPY_DTYPES[self.pixel_dtype].itemsize
+        return count * self.out_size[0] * self.out_size[1] * 3 * itemsize
+
     def slot_nbytes(self, batch_size: int) -> int:
-        return batch_size * self.out_size[0] * self.out_size[1] * 3
+        return self.image_nbytes(batch_size)
 
 
 def batch_rng(seed: int, epoch: int, batch_no: int) -> np.random.Generator:
@@ -52,6 +63,7 @@ class ImageBatchBuilder:
         self.widths = self.dataset.scalar("width").astype(np.int64)
         self.labels = self.dataset.scalar("label").astype(np.int64)
         self.extras = {name: self._extra_column(name) for name in spec.extra_columns}
+        self.table = normalize_table(spec.normalize) if spec.normalize else None
 
     def _extra_column(self, name: str) -> np.ndarray | None:
         column = self.dataset.manifest.column(name)
@@ -60,7 +72,8 @@ class ImageBatchBuilder:
     def build(self, task: BatchTask, out: np.ndarray) -> dict[str, Any]:
         started = time.perf_counter()
         h, w = self.spec.out_size
-        images = out[: len(task.indices) * h * w * 3].reshape(-1, h, w, 3)
+        images = out[: self.spec.image_nbytes(len(task.indices))] \
+            .view(NUMPY_DTYPES[self.spec.pixel_dtype]).reshape(-1, h, w, 3)
         idx = task.indices
         boxes, flips = plan_crops(self.spec.pipeline, self.heights[idx], self.widths[idx],
                                   batch_rng(self.spec.seed, task.epoch, task.batch_no))
@@ -77,7 +90,7 @@ class ImageBatchBuilder:
             try:
                 decode_into(data, self.encoding, int(self.heights[index]),
                             int(self.widths[index]), boxes[j], bool(flips[j]),
-                            images[len(kept)])
+                            images[len(kept)], self.table)
             except Exception as exc:  # untrusted bytes: any decoder failure names the sample
                 reason = f"{shard.path.name} row {row} (sample {index}): cannot decode: " \
                          f"{type(exc).__name__}: {exc}"

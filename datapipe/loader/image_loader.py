@@ -16,11 +16,12 @@ from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
-from datapipe.image.batch_ops import BatchTransforms
+from datapipe.image.batch_ops import BatchTransforms, split_for_workers
+from datapipe.image.normalize import TORCH_DTYPES
 from datapipe.image.transforms import Transform, as_pipeline
 from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
-from datapipe.loader.device import pin_if_cuda, prefetch_to_device, resolve_device
+from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
 from datapipe.loader.progress_state import check_counter
@@ -91,9 +92,13 @@ class Loader(LoaderBase):
             self.num_samples = len(ds)
             out_size = self._output_size(ds, self.pipeline)
             extras = self._extra_columns(ds, extra_columns)
+        in_workers, batch_steps = (split_for_workers(self.pipeline.batch_steps, self.device)
+                                   if decode == "cpu" else (None, self.pipeline.batch_steps))
         self.spec = ImageBatchSpec(self.path, self.pipeline, out_size, seed, on_error, extras,
-                                   verify)
-        self.batch_transforms = BatchTransforms(self.pipeline.batch_steps, seed)
+                                   verify, normalize=in_workers)
+        self.batch_transforms = BatchTransforms(batch_steps, seed)
+        # Copies images from the batch buffers in place (page-locked) on CUDA.
+        self._feed = DeviceFeed(self.device, pin=("image",), record_stages=True)
         self._producer = self._make_producer(persistent, prefetch)
         self.skipped: list[tuple[int, str]] = []
 
@@ -127,7 +132,8 @@ class Loader(LoaderBase):
         if self.decode == "dali":
             from datapipe.image.dali_backend import DaliProducer
 
-            return DaliProducer(self.spec, self.batch_size, self.num_workers, self.device)
+            return DaliProducer(self.spec, self.batch_size, self.num_workers, self.device,
+                                self._feed.stream)
         make_builder = functools.partial(ImageBatchBuilder, self.spec)
         return BatchProducer(make_builder, self.num_workers, prefetch,
                              self.spec.slot_nbytes(self.batch_size), persistent)
@@ -148,12 +154,12 @@ class Loader(LoaderBase):
         if start == 0:
             self.skipped = []
         host = self._host_batches(plan, epoch, start)
-        for b, batch in prefetch_to_device(host, self.device):
+        for b, batch in self._feed.batches(host):
             t0 = time.perf_counter()
             if self.batch_transforms:
                 # After the transfer: uint8 crosses the bus, float math runs on the device.
                 batch["image"] = self.batch_transforms(batch["image"], epoch, b)
-            self._report(b, transform=time.perf_counter() - t0)
+            self._report(b, transform=time.perf_counter() - t0, **self._feed.take_stages(b))
             self._handed_out(b, len(plan))
             yield batch
         self._finish_empty(start, len(plan))
@@ -166,7 +172,8 @@ class Loader(LoaderBase):
                                          start):
             t0 = time.perf_counter()
             batch = self._assemble(meta, slot)
-            self._record(b, meta, {"collate": time.perf_counter() - t0})
+            self._record(b, meta, {"collate": time.perf_counter() - t0,
+                                   **meta.get("main_stages", {})})
             yield b, batch
 
     def _assemble(self, meta: dict[str, Any], slot: Any) -> dict[str, Any]:
@@ -175,9 +182,10 @@ class Loader(LoaderBase):
         if slot.dim() == 4:  # DALI hands over a finished tensor
             images = slot
         else:
-            # A view of the worker's buffer: no copy (the buffer is not reused while the batch
-            # lives). CUDA copies it once, into pinned memory, for an asynchronous transfer.
-            images = pin_if_cuda(slot[: n * h * w * 3].view(n, h, w, 3), self.device)
+            # A view of the worker's buffer, in the dtype the workers wrote: no copy (the buffer
+            # is not reused while the batch lives).
+            dtype = TORCH_DTYPES.get(self.spec.pixel_dtype, torch.uint8)
+            images = slot[: self.spec.image_nbytes(n)].view(dtype).view(n, h, w, 3)
         images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last memory
         self.skipped.extend(meta["skipped"])
         batch: dict[str, Any] = {
@@ -201,3 +209,9 @@ class Loader(LoaderBase):
         return {"num_samples": self.num_samples, "batch_size": self.batch_size,
                 "shuffle": self.shuffle, "seed": self.seed, "rank": self.rank,
                 "world_size": self.world_size, "drop_last": self.drop_last}
+
+    def close(self) -> None:
+        feed = getattr(self, "_feed", None)
+        if feed is not None:  # copies still reading batch buffers finish before they go
+            feed.close()
+        super().close()

@@ -10,6 +10,10 @@ On Linux a buffer is a memfd, passed to already-running workers over a Unix sock
 (SCM_RIGHTS): no name in /dev/shm to go stale, freed when the last mapping goes. Where memfd is
 missing, a fixed set of anonymous maps is made before the workers fork and the consumer gets
 copies instead.
+
+For device="cuda" the consumer's mapping of a buffer can be page-locked once (`lock_pages`), so
+the host-to-device copy reads the batch in place. It is unlocked before it is unmapped: when it
+is closed, or, if a batch still views it then, when that batch goes.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 import socket
 import struct
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +37,9 @@ SHARED_MEMFD = hasattr(os, "memfd_create")
 _MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
+Unlock = Callable[[], None]
+
+
 @dataclass
 class Slot:
     id: int
@@ -39,15 +47,47 @@ class Slot:
     fd: int | None  # memfd, or None for a map inherited through fork
     busy: bool = False  # a worker is filling it, or its batch is not yet handed out
     lease: weakref.ref | None = field(default=None, repr=False)
+    unlock: Unlock | None = field(default=None, repr=False)  # set while page-locked
+    address: int = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Taken from a view that goes at once: a live view would keep the map from closing.
+        self.address = np.frombuffer(self.buffer, dtype=np.uint8).ctypes.data
 
     @property
     def free(self) -> bool:
         return not self.busy and (self.lease is None or self.lease() is None)
 
     def close(self) -> None:
+        if _LOCKABLE.get(self.address) is self:
+            del _LOCKABLE[self.address]
+        if self.unlock is not None:
+            holder = self.lease() if self.lease is not None else None
+            if holder is None:
+                self.unlock()
+            else:  # a batch (or a copy still reading it) views the map: unlock when it goes
+                weakref.finalize(holder, self.unlock).atexit = False
+            self.unlock = None
         self.buffer.close()
         if self.fd is not None:
             os.close(self.fd)
+
+
+# The consumer's memfd buffers in this process, by address: what `lock_pages` may lock.
+_LOCKABLE: weakref.WeakValueDictionary[int, Slot] = weakref.WeakValueDictionary()
+
+
+def lock_pages(tensor: torch.Tensor, lock: Callable[[int, int], Unlock | None]) -> bool:
+    """Page-lock the batch buffer `tensor` views, once per buffer: `lock(address, nbytes)`
+    returns how to undo it, or None when it cannot. False when `tensor` is not a view of a
+    batch buffer of this process or the buffer could not be locked."""
+    storage = tensor.untyped_storage()
+    slot = _LOCKABLE.get(storage.data_ptr())
+    if slot is None or len(slot.buffer) != storage.nbytes():
+        return False
+    if slot.unlock is None:
+        slot.unlock = lock(storage.data_ptr(), storage.nbytes())
+    return slot.unlock is not None
 
 
 @dataclass(frozen=True)
@@ -89,6 +129,8 @@ class SlotTable:
         slot = Slot(self._next_id, buffer, fd)
         self._slots[slot.id] = slot
         self._next_id += 1
+        if fd is not None:
+            _LOCKABLE[slot.address] = slot
         return slot
 
     def acquire(self) -> SlotRef:

@@ -80,6 +80,59 @@ def test_crop_into_is_pil_resize_within_one_level(seed: int) -> None:
     assert np.abs(results["portable"].astype(int) - reference).max() <= 1
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_crop_into_writes_each_byte_through_the_table(seed: int) -> None:
+    """With a table, out[y, x, c] is table[c, byte]: 4-byte and 2-byte items, any path, flip,
+    shrinking and enlarging."""
+    rng = np.random.default_rng(200 + seed)
+    w, h = int(rng.integers(20, 200)), int(rng.integers(20, 200))
+    data = jpeg_bytes(noise_image(w, h, seed))
+    box = (0.0, 0.0, float(w), float(h))
+    out_w, out_h = int(rng.integers(1, 160)), int(rng.integers(1, 160))
+    flip = bool(seed % 2)
+    tables = [rng.standard_normal((3, 256)).astype(np.float32),
+              rng.integers(0, 1 << 16, (3, 256)).astype(np.uint16),
+              rng.standard_normal((3, 256)).astype(np.float16)]
+    for path in jpeg.resample_paths():
+        plain = np.zeros((out_h, out_w, 3), np.uint8)
+        jpeg.crop_into(data, (0, 0, w, h), 1, box, flip, plain, path=path)
+        for table in tables:
+            mapped = np.zeros((out_h, out_w, 3), table.dtype)
+            jpeg.crop_into(data, (0, 0, w, h), 1, box, flip, mapped, path=path, table=table)
+            np.testing.assert_array_equal(mapped, table[np.arange(3), plain], err_msg=path)
+
+
+def test_crop_into_refuses_a_table_or_output_that_do_not_match() -> None:
+    data = jpeg_bytes(noise_image(32, 32, 6))
+    args = (data, (0, 0, 32, 32), 1, (0.0, 0.0, 32.0, 32.0), False)
+    with pytest.raises(ValueError, match="3 x 256"):
+        jpeg.crop_into(*args, np.zeros((8, 8, 3), np.float32), table=np.zeros(256, np.float32))
+    with pytest.raises(ValueError, match="3 x 256"):
+        jpeg.crop_into(*args, np.zeros((8, 8, 3), np.float64), table=np.zeros((3, 256)))
+    with pytest.raises(ValueError, match="4-byte items"):
+        jpeg.crop_into(*args, np.zeros((8, 8, 3), np.uint8),
+                       table=np.zeros((3, 256), np.float32))
+
+
+@pytest.mark.parametrize("with_c", [True, False])
+def test_decode_into_with_a_table_on_every_path(with_c: bool,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C call, PIL's fallback and raw pixels all write table values."""
+    table = np.random.default_rng(3).standard_normal((3, 256)).astype(np.float32)
+    if not with_c:
+        monkeypatch.setattr(cpu_decode, "crop_into", None)
+    image = noise_image(48, 40, 9)
+    raw = np.asarray(image).tobytes()
+    for payload, encoding in ((jpeg_bytes(image), "jpeg"), (raw, "raw")):
+        for box, size in (((4, 2, 40, 36), 24), ((0, 0, 48, 40), 40)):
+            out_h, out_w = (size, size) if size == 24 else (40, 48)
+            plain = np.zeros((out_h, out_w, 3), np.uint8)
+            cpu_decode.decode_into(payload, encoding, 40, 48, np.array(box), True, plain)
+            mapped = np.zeros((out_h, out_w, 3), np.float32)
+            cpu_decode.decode_into(payload, encoding, 40, 48, np.array(box), True, mapped, table)
+            np.testing.assert_array_equal(mapped, table[np.arange(3), plain])
+
+
 def test_crop_into_rejects_an_output_it_cannot_fill() -> None:
     data = jpeg_bytes(noise_image(32, 32, 5))
     for out in (np.zeros((8, 8, 4), np.uint8), np.zeros((8, 8, 3), np.float32),

@@ -161,16 +161,16 @@ def test_a_batch_only_dali_fails_on_is_decoded_on_the_cpu(
     from datapipe.image import dali_backend
 
     calls = []
-    feed = dali_backend._Feeder.__call__
+    encoded = dali_backend._Feeder.encoded
 
-    def garble_second_batch(self: dali_backend._Feeder) -> tuple:
-        inputs = feed(self)
+    def garble_second_batch(self: dali_backend._Feeder, idx: np.ndarray) -> list:
+        views = encoded(self, idx)
         calls.append(1)
         if len(calls) == 2:  # only what DALI is handed is broken, not the shard
-            inputs[0][0] = np.zeros(100, dtype=np.uint8)
-        return inputs
+            views[0] = np.zeros(100, dtype=np.uint8)
+        return views
 
-    monkeypatch.setattr(dali_backend._Feeder, "__call__", garble_second_batch)
+    monkeypatch.setattr(dali_backend._Feeder, "encoded", garble_second_batch)
     with pytest.warns(UserWarning, match="DALI failed on batch 1 ") as caught:
         dali = _epoch(shards, shuffle=False)
     assert len(caught) == 1
@@ -206,3 +206,85 @@ def test_cuda_device_decodes_on_the_gpu(shards: Path) -> None:
         # nvJPEG's chroma upsampling differs a little from libjpeg-turbo's.
         assert _mean_abs_diff(d["image"].cpu(), c["image"]) < 6
     assert np.asarray(batches[0]["index"].cpu()).shape == (4,)
+
+
+def test_dali_inputs_are_prepared_off_the_iterating_thread_which_never_outlives_its_run(
+        shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from datapipe.image import dali_backend
+
+    threads = set()
+    encoded = dali_backend._Feeder.encoded
+
+    def recording(self: dali_backend._Feeder, idx: np.ndarray) -> list:
+        threads.add(threading.current_thread().name)
+        return encoded(self, idx)
+
+    def feeding() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name == "datapipe-dali-feed"]
+
+    monkeypatch.setattr(dali_backend._Feeder, "encoded", recording)
+    with dp.Loader(shards, batch_size=4, num_workers=1, decode="dali", transform=CROP) as loader:
+        next(iter(loader))  # abandoned after one batch
+        assert not feeding(), "an abandoned run's thread has gone"
+        assert len(list(loader)) == 3
+    assert threads == {"datapipe-dali-feed"} and not feeding()
+
+
+def test_feeding_dali_is_reported_as_a_stage_of_the_iterating_thread(shards: Path) -> None:
+    class Stages:
+        def __init__(self) -> None:
+            self.main: list[dict[str, float]] = []
+
+        def on_batch(self, record: dict) -> None:
+            self.main.append(record["main"])
+
+    stages = Stages()
+    with dp.Loader(shards, batch_size=4, num_workers=1, decode="dali", transform=CROP) as loader:
+        loader.observer = stages
+        list(loader)
+    assert len(stages.main) == 4
+    assert all(m["feed"] > 0 and {"collate", "transform"} <= set(m) for m in stages.main)
+
+
+def test_gpu_outputs_are_bound_to_the_copy_stream_not_to_the_host(shards: Path) -> None:
+    """outputs() alone blocks the host until the GPU is done; with a stream it does not."""
+    class Pipe:
+        def __init__(self) -> None:
+            self.streams: list[object] = []
+
+        def outputs(self, cuda_stream: object = None) -> tuple[str]:
+            self.streams.append(cuda_stream)
+            return ("images",)
+
+    with dp.Loader(shards, batch_size=4, num_workers=1, decode="dali", transform=CROP) as loader:
+        producer = loader._producer
+    assert producer.output_stream is None  # device="cpu": no stream to bind to
+    pipe, stream = Pipe(), object()
+    producer._outputs(pipe)
+    producer.output_stream = stream  # what device="cuda" sets, this DALI being able to
+    assert producer._outputs(pipe) == ("images",) and pipe.streams == [None, stream]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_batches_are_not_dali_memory(shards: Path) -> None:
+    """Batches dropped while the consumer's stream is still busy reading them: DALI must not
+    take their memory back meanwhile, and batches kept stay unchanged epochs later."""
+    reference = [b["image"].cpu() for e in range(2) for b in _epoch(shards, device="cuda",
+                                                                     epoch=e)]
+    late, kept = [], []
+    with dp.Loader(shards, batch_size=4, num_workers=1, decode="dali", transform=CROP,
+                   device="cuda") as loader:
+        for batch in loader:  # epoch 0: each batch dropped before its read has run
+            torch.cuda._sleep(20_000_000)  # the read below queues behind this
+            late.append(batch["image"].clone())
+            del batch
+        kept = [batch["image"] for batch in loader]  # epoch 1: kept
+        for _ in range(2):  # DALI runs on: memory of its own would be reused by now
+            list(loader)
+    torch.cuda.synchronize()
+    for got, want in zip(late + kept, reference, strict=True):
+        assert torch.equal(got.cpu(), want)
+

@@ -158,6 +158,55 @@ def test_center_crop_and_normalize(shards: Path) -> None:
     assert float(image.float().min()) > -2.5 and float(image.float().max()) < 2.7
 
 
+def _batches(shards: Path, transform: dp.image.Transform, workers: int) -> list[dict]:
+    with dp.Loader(shards, batch_size=5, num_workers=workers, seed=2,
+                   transform=transform) as loader:
+        return list(loader)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_cpu_normalize_is_done_by_the_workers(shards: Path, monkeypatch: pytest.MonkeyPatch,
+                                              dtype: str, workers: int) -> None:
+    """Identical to the batch op on the same uint8 batch, and the training thread never runs
+    it: the workers write normalised values while they decode."""
+    from datapipe.image.batch_ops import BatchTransforms
+
+    norm = dp.image.Normalize(dtype=dtype)
+    reference = BatchTransforms((norm,), seed=2)
+    expected = [reference(b["image"], 0, i) for i, b in enumerate(_batches(shards, CROP, workers))]
+
+    def not_here(*args: object) -> None:
+        raise AssertionError("normalised in the process that iterates the loader")
+
+    monkeypatch.setattr(BatchTransforms, "__call__", not_here)
+    got = [b["image"] for b in _batches(shards, CROP | norm, workers)]
+    for image, want in zip(got, expected, strict=True):
+        assert image.dtype == want.dtype and image.stride() == want.stride()
+        assert torch.equal(image, want)
+
+
+def test_a_jitter_after_normalize_gets_the_workers_floats(shards: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("kornia")
+    from datapipe.image.batch_ops import BatchTransforms
+
+    norm, jitter = dp.image.Normalize(), dp.image.ColorJitter(0.4, 0.4, 0.4, 0.1)
+    reference = BatchTransforms((norm, jitter), seed=2)
+    expected = [reference(b["image"], 0, i) for i, b in enumerate(_batches(shards, CROP, 2))]
+    seen: list[torch.dtype] = []
+    call = BatchTransforms.__call__
+
+    def recording(self: BatchTransforms, images: torch.Tensor, *args: int) -> torch.Tensor:
+        seen.append(images.dtype)
+        return call(self, images, *args)
+
+    monkeypatch.setattr(BatchTransforms, "__call__", recording)
+    got = [b["image"] for b in _batches(shards, CROP | norm | jitter, 2)]
+    assert set(seen) == {torch.float32}, "the batch op starts from the workers' floats"
+    assert all(torch.equal(g, e) for g, e in zip(got, expected, strict=True))
+
+
 def test_color_jitter_runs_through_kornia(shards: Path) -> None:
     pytest.importorskip("kornia")
     transform = CROP | dp.image.ColorJitter(0.4, 0.4, 0.4, 0.1)

@@ -1,0 +1,133 @@
+"""benchmarks/train_text.py: packed batches through varlen attention, padded ones through a
+masked SDPA, and the two giving the same outputs for the same documents."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import train_text
+from datapipe.text.collate import CollateOptions, collate
+from tests.conftest import convert
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+LENGTHS = [5, 11, 3, 8]
+
+
+def _documents(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.integers(1, 50, size=sum(LENGTHS)).astype(np.int64), np.array(LENGTHS)
+
+
+def _batches(pad_to: int = 1) -> tuple[dict, dict]:
+    """The same documents as one packed and one padded batch."""
+    tokens, lengths = _documents()
+    rows = np.arange(len(lengths) + 1)
+    packed = collate(tokens, lengths, rows, CollateOptions("packed", pad_to_multiple_of=pad_to))
+    padded = collate(tokens, lengths, rows, CollateOptions("padded"))
+    return packed, padded
+
+
+def _padded_real(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return values[mask.bool()]  # row by row: the documents back to back, as packed
+
+
+def test_padded_attention_matches_the_packed_masked_path() -> None:
+    packed, padded = _batches()
+    gen = torch.Generator().manual_seed(0)
+    total, width = int(sum(LENGTHS)), padded["input_ids"].shape[1]
+    q, k, v = (torch.randn(len(LENGTHS), width, 2, 8, generator=gen) for _ in range(3))
+    mask = padded["attention_mask"]
+    out_padded = train_text.padded_attention(q, k, v, mask)
+    flat = [_padded_real(t, mask) for t in (q, k, v)]
+    assert flat[0].shape == (total, 2, 8)
+    out_packed = train_text.masked_varlen_attention(*flat, packed["cu_seqlens"])
+    torch.testing.assert_close(_padded_real(out_padded, mask), out_packed)
+
+
+def test_the_model_gives_the_same_logits_for_either_layout() -> None:
+    packed, padded = _batches(pad_to=8)  # a dummy tail sequence pads the packed batch
+    torch.manual_seed(0)
+    model = train_text.TinyLM(64, dim=32, heads=4, max_positions=64)
+    real = int(packed["num_real_tokens"])
+    logits_packed = model(packed)[:real]
+    logits_padded = _padded_real(model(padded), padded["attention_mask"])
+    torch.testing.assert_close(logits_padded, logits_packed, rtol=1e-4, atol=1e-5)
+
+
+def test_causal_arguments_of_each_torch_varlen_signature() -> None:
+    def new(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
+            window_size=(-1, -1)):
+        pass
+
+    def old(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=False, return_aux=None):
+        pass
+
+    def neither(q, k, v, cu_q, cu_k, max_q, max_k):
+        pass
+
+    assert train_text.causal_kwargs(new) == {"window_size": (-1, 0)}
+    assert train_text.causal_kwargs(old) == {"is_causal": True}
+    assert train_text.causal_kwargs(neither) is None
+    if (varlen := train_text._torch_varlen()) is not None:  # this torch's own
+        assert "window_size" in inspect.signature(varlen).parameters or \
+            "is_causal" in inspect.signature(varlen).parameters
+
+
+def test_on_the_cpu_packed_batches_take_the_masked_path() -> None:
+    assert train_text.varlen_backend(torch.device("cpu")) == "masked"
+
+
+@needs_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", ["torch", "flash-attn"])
+def test_varlen_kernels_match_the_masked_path(backend: str) -> None:
+    if backend == "torch" and train_text._torch_varlen() is None:
+        pytest.skip("this torch has no varlen_attn")
+    if backend == "flash-attn":
+        pytest.importorskip("flash_attn")
+    packed, _ = _batches()
+    cu = packed["cu_seqlens"].cuda()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(int(sum(LENGTHS)), 4, 64, device="cuda", generator=gen,
+                           dtype=torch.bfloat16) for _ in range(3))
+    got = train_text.varlen_attention(q, k, v, cu, packed["max_seqlen"], backend=backend)
+    want = train_text.masked_varlen_attention(q.float(), k.float(), v.float(), cu)
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("train-text")
+    rng = np.random.default_rng(1)
+    words = ["alpha", "beta", "gamma", "delta", "pi"]
+    lines = [" ".join(rng.choice(words, size=int(n))) for n in rng.integers(1, 40, size=120)]
+    (root / "a.txt").write_text("\n".join(lines) + "\n")
+    convert("text", root / "a.txt", root / "out", "--tokenizer", "bytes", "--append-eos")
+    return root / "out"
+
+
+def test_compare_padded_trains_both_layouts_on_the_same_real_tokens(
+        corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train_text.main([str(corpus), "--steps", "3", "--max-tokens", "512", "--device", "cpu",
+                     "--compare-padded"])
+    lines = capsys.readouterr().out.splitlines()
+    packed = next(line for line in lines if line.startswith("packed: trained 3 steps"))
+    padded = next(line for line in lines if line.startswith("padded: trained"))
+    tokens = [int(line.split(" on ")[1].split(" real")[0].replace(",", ""))
+              for line in (packed, padded)]
+    assert tokens[1] >= tokens[0] > 0, "the padded run sees at least as many real tokens"
+    assert "varlen attention: masked" in packed and "SDPA, masked" in padded
+    assert any(line.startswith("packed / padded: ") for line in lines)
+
+
+def test_a_budget_too_small_to_pad_is_refused_before_training(
+        corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(train_text.dp.ArgumentError, match="more than max_tokens=64"):
+        train_text.main([str(corpus), "--steps", "3", "--max-tokens", "64", "--device", "cpu",
+                         "--compare-padded"])
+    assert "packed: trained" not in capsys.readouterr().out
