@@ -470,6 +470,38 @@ def test_explicit_rank_and_world_size_override_the_group(
             errors["rank == world_size"]
 
 
+def _made_before_the_group(rank: int, world: int, workdir: str, images: str) -> None:
+    loader = dp.Loader(images, batch_size=BATCH, num_workers=0)  # rank 0 of 1, for now
+    dist.init_process_group("gloo", init_method=f"file://{workdir}/store", rank=rank,
+                            world_size=world, timeout=PG_TIMEOUT)
+    try:
+        next(iter(loader))
+        message = "no error"
+    except ArgumentError as exc:
+        message = str(exc)
+    Path(workdir, f"rank{rank}.txt").write_text(message)
+    dist.destroy_process_group()
+
+
+def test_a_loader_made_before_the_process_group_refuses_to_run(tmp_path: Path,
+                                                              data: dict[str, str]) -> None:
+    """Otherwise every rank would read the whole dataset, each sample once per rank."""
+    context = mp.get_context("spawn")
+    processes = [context.Process(target=_made_before_the_group,
+                                 args=(rank, 2, str(tmp_path), data["images"]))
+                 for rank in range(2)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(LAUNCH_TIMEOUT)
+        if process.is_alive():
+            _kill(process)
+    for rank in range(2):
+        message = (tmp_path / f"rank{rank}.txt").read_text()
+        assert f"was made as rank 0 of 1, but torch.distributed now says rank {rank} of 2" \
+            in message
+
+
 def test_a_failing_rank_reports_its_traceback_not_a_hang(tmp_path: Path,
                                                          data: dict[str, str]) -> None:
     """The harness itself: rank 1 raises mid-epoch, rank 0's next collective fails (gloo sees
