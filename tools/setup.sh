@@ -40,4 +40,4 @@ if "$VENV/bin/python" -m pip show -q pillow >/dev/null 2>&1; then
   pip_q install --force-reinstall --no-deps "pillow-simd>=9.0"
 fi
 "$VENV/bin/datapipe" doctor
-touch "$VENV/.datapipe-setup-1"
+touch "$VENV/.datapipe-setup-2"
