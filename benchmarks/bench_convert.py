@@ -9,6 +9,11 @@ transpose + RGB + resize + JPEG re-encode a user of those tools would write. Tex
 `convert_text` (bytes and a real WordPiece tokenizer) against Hugging Face `datasets`
 `.map(batched=True, num_proc=cores)` with the same tokenizer.
 
+Fidelity, beside speed: for datapipe (and, with --before DIR, the same conversion run from
+another checkout, e.g. main) the median PSNR of the stored images against a Pillow reference
+(open, exif_transpose, ICC profile -> sRGB, RGB, Lanczos so the short side is 256, sides
+rounded to nearest), next to the PSNR a full decode with datapipe's resize and encoding gets.
+
 Every run is a fresh Python process writing into a fresh directory, and its time includes
 importing the library and starting its workers: a user pays both. Runs of the different tools
 are interleaved, so slow drift of the machine does not favour one of them. Prints a Markdown
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import random
 import shutil
 import sys
@@ -29,6 +35,8 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -47,6 +55,7 @@ from benchmarks.common import (
     ratio,
     timed,
     tree_bytes,
+    verdict,
     warm_page_cache,
 )
 from benchmarks.runs import (
@@ -81,6 +90,7 @@ class Job:
     out: str
     workers: int
     tokenizer: str = "bytes"  # "bytes" or a tokenizer.json path
+    code: str = ""  # another checkout whose datapipe and preprocess to run ("" = this one)
 
 
 Runner = Callable[[Job], dict[str, int]]
@@ -215,6 +225,8 @@ class Peer:
 
 PEERS = (
     Peer("datapipe", "datapipe convert_images", "images", load_datapipe_images),
+    Peer("datapipe-before", "datapipe convert_images, --before", "images",
+         load_datapipe_images),
     Peer("litdata", "LitData optimize()", "images", load_litdata, ("litdata",)),
     Peer("webdataset", "WebDataset ShardWriter + Pool.imap", "images", load_webdataset,
          ("webdataset",)),
@@ -231,6 +243,10 @@ PEERS_BY_NAME = {p.name: p for p in PEERS}
 def child_main(name: str, job_json: str, result_file: Path) -> None:
     """Measure one run of one peer in this (fresh) process; time includes its imports."""
     job = Job(**json.loads(job_json))
+    if job.code:  # the other checkout's packages, not this one's
+        sys.path.insert(0, job.code)
+        for module in [m for m in sys.modules if m.split(".")[0] in ("datapipe", "preprocess")]:
+            del sys.modules[module]
     start = time.perf_counter()
     runner = PEERS_BY_NAME[name].load()
     loaded = time.perf_counter()
@@ -340,24 +356,105 @@ def wordpiece_tokenizer() -> Path | None:
 # ---------------------------------------------------------------- running everything
 
 
-def run_once(peer: Peer, job: Job, run_dir: Path) -> Record:
+def run_once(peer: Peer, job: Job, run_dir: Path, fidelity: Fidelity | None) -> Record:
     record = run_one(__file__, peer.name, job, run_dir, CHILD_ENV)
     record["output_bytes"] = tree_bytes(Path(job.out))
+    if fidelity is not None and peer.name.startswith("datapipe") and peer.kind == "images":
+        record["psnr"] = fidelity.stored_psnr(Path(job.out))
     shutil.rmtree(job.out)
     return record
 
 
+# ---------------------------------------------------------------- fidelity
+
+
+def reference_image(path: str) -> Any:
+    """What the photo looks like at SHORT_SIDE: open, exif_transpose, ICC profile -> sRGB, RGB,
+    Lanczos so the short side is SHORT_SIDE, each side rounded to nearest (halves up)."""
+    import numpy as np
+    from PIL import Image, ImageCms, ImageOps
+
+    with Image.open(path) as opened:
+        image = ImageOps.exif_transpose(opened)
+        icc = image.info.get("icc_profile")
+        if icc and image.mode in ("RGB", "L", "CMYK"):
+            source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+            image = ImageCms.profileToProfile(image, source, ImageCms.createProfile("sRGB"),
+                                              outputMode="RGB")
+        image = image.convert("RGB")
+    shorter = min(image.size)
+    size = tuple((2 * side * SHORT_SIDE + shorter) // (2 * shorter) for side in image.size)
+    return np.asarray(image.resize(size, Image.Resampling.LANCZOS))
+
+
+def full_decode_payload(path: str) -> bytes:
+    """The full-decode path: the reference's pixels encoded as datapipe encodes them."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(reference_image(path)).save(buffer, "JPEG", quality=QUALITY,
+                                                subsampling="4:2:0")
+    return buffer.getvalue()
+
+
+def psnr(ours: Any, reference: Any) -> float | None:
+    """PSNR in dB, or None when the sizes differ (a wrong size is no match at any dB)."""
+    import numpy as np
+
+    if ours.shape != reference.shape:
+        return None
+    mse = float(np.mean((ours.astype(np.float64) - reference.astype(np.float64)) ** 2))
+    return 10 * math.log10(255 ** 2 / max(mse, 1e-10))
+
+
+class Fidelity:
+    """PSNR of stored images against the reference, over an evenly spaced sample of photos."""
+
+    def __init__(self, src: Path, count: int) -> None:
+        photos = list_photos(src)
+        step = max(1, len(photos) // count)
+        self.sample = {Path(p).relative_to(src).as_posix(): p for p, _ in photos[::step][:count]}
+        self.references = {key: reference_image(path) for key, path in self.sample.items()}
+
+    def stored_psnr(self, out: Path) -> dict[str, Any]:
+        from PIL import Image
+
+        from datapipe.format import Dataset
+
+        with Dataset(out) as ds:
+            paths = {ds[i]["path"]: i for i in range(len(ds))}
+            stored = {key: ds[paths[key]]["image"].tobytes() for key in self.sample}
+        return self._summary([psnr(np.asarray(Image.open(io.BytesIO(payload)).convert("RGB")),
+                                   self.references[key]) for key, payload in stored.items()])
+
+    def full_decode_psnr(self) -> dict[str, Any]:
+        from PIL import Image
+
+        return self._summary([psnr(np.asarray(Image.open(io.BytesIO(full_decode_payload(p)))),
+                                   self.references[key]) for key, p in self.sample.items()])
+
+    @staticmethod
+    def _summary(values: list[float | None]) -> dict[str, Any]:
+        sized = [v for v in values if v is not None]
+        return {"median_db": median(sized) if sized else None, "images": len(values),
+                "wrong_size": len(values) - len(sized)}
+
+
 def run_all(args: argparse.Namespace, inputs: dict[str, Path],
-            outcomes: dict[str, Outcome]) -> None:
+            outcomes: dict[str, Outcome], fidelity: Fidelity | None) -> None:
     """`args.repeats` rounds, each running every peer once, so drift spreads over all; a run
-    that other work disturbed is redone up to `args.retries` times."""
+    that other work disturbed is redone up to `args.retries` times. Fidelity is measured on
+    each datapipe variant's first run (the output is the same every run)."""
     tokenizer = wordpiece_tokenizer()
 
     def attempt(name: str, run_dir: Path) -> Record:
         peer = PEERS_BY_NAME[name]
         spec = str(tokenizer) if peer.tokenizer == "wordpiece" else "bytes"
-        job = Job(str(inputs[peer.kind]), str(run_dir / "out"), args.workers, spec)
-        return least_disturbed(lambda: run_once(peer, job, run_dir), args.settle, args.retries)
+        code = str(args.before.resolve()) if name == "datapipe-before" else ""
+        job = Job(str(inputs[peer.kind]), str(run_dir / "out"), args.workers, spec, code)
+        check = fidelity if not outcomes[name].runs else None
+        return least_disturbed(lambda: run_once(peer, job, run_dir, check), args.settle,
+                               args.retries)
 
     run_rounds(args.repeats, list(PEERS_BY_NAME), outcomes, BENCH_DATA / "convert-runs",
                args.settle, attempt, progress)
@@ -385,6 +482,18 @@ def _times(outcome: Outcome) -> tuple[str, ...]:
             f"{median([r['cpu_s'] for r in outcome.runs]):.1f}")
 
 
+def stored_psnr(outcome: Outcome) -> dict[str, Any] | None:
+    return next((r["psnr"] for r in outcome.runs if "psnr" in r), None)
+
+
+def psnr_cell(summary: dict[str, Any] | None) -> str:
+    if summary is None or summary["median_db"] is None:
+        return "" if summary is None else "all sizes wrong"
+    wrong = f", {summary['wrong_size']} of {summary['images']} sized wrong" \
+        if summary["wrong_size"] else ""
+    return f"{summary['median_db']:.2f}{wrong}"
+
+
 def image_rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
     ours = rate(outcomes["datapipe"], "items")
     rows = []
@@ -392,12 +501,31 @@ def image_rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
         outcome = outcomes[peer.name]
         theirs = rate(outcome, "items")
         if theirs is None:
-            rows.append([peer.label, outcome.status, "", "", "", "", "", ""])
+            rows.append([peer.label, outcome.status, *[""] * 7])
             continue
         megabytes = median([r["output_bytes"] for r in outcome.runs]) / 1e6
-        rows.append([peer.label, f"{theirs:,.0f}", ratio(ours, theirs), *_times(outcome),
-                     f"{megabytes:.1f}"])
+        rows.append([peer.label, f"{theirs:,.0f}", ratio(ours, theirs),
+                     psnr_cell(stored_psnr(outcome)), *_times(outcome), f"{megabytes:.1f}"])
     return rows
+
+
+def fidelity_line(outcomes: dict[str, Outcome], meta: dict[str, Any]) -> str | None:
+    """Against the goals: median PSNR within 0.5 dB of the full-decode path, at >= 0.9x the
+    images/s of --before."""
+    ours, full = stored_psnr(outcomes["datapipe"]), meta.get("full_decode_psnr")
+    if ours is None or full is None or ours["median_db"] is None:
+        return None
+    gap = full["median_db"] - ours["median_db"]
+    line = (f"**Fidelity: median PSNR {ours['median_db']:.2f} dB against the Pillow reference "
+            f"({ours['images']} photos), {full['median_db']:.2f} dB for a full decode with the "
+            f"same resize and encoding: {gap:.2f} dB apart (goal: within 0.5 dB, "
+            f"{verdict(gap <= 0.5)}).")
+    speed, before = rate(outcomes["datapipe"], "items"), rate(outcomes["datapipe-before"],
+                                                              "items")
+    if speed is not None and before is not None:
+        line += (f" Speed {speed:,.0f} images/s = {speed / before:.2f}× --before's "
+                 f"{before:,.0f} ({goal_verdict(0.9, speed >= 0.9 * before)}).")
+    return line + "**"
 
 
 def text_rows(outcomes: dict[str, Outcome], corpus_bytes: int) -> list[list[str]]:
@@ -451,9 +579,15 @@ def render(info: dict[str, Any], meta: dict[str, Any], outcomes: dict[str, Outco
         f"## Images: {photos['count']} JPEGs ({photos['megabytes']:.1f} MB, shorter side "
         f"{photos['min_short_side']}-{photos['max_short_side']} px) → shorter side "
         f"{SHORT_SIDE}, JPEG q{QUALITY}", "",
-        markdown_table(["tool", "images/s", "datapipe speed-up", "median s", "runs s",
-                        "import s", "CPU s", "output MB"], image_rows(outcomes)),
+        markdown_table(["tool", "images/s", "datapipe speed-up", "PSNR dB", "median s",
+                        "runs s", "import s", "CPU s", "output MB"], image_rows(outcomes)),
     ]
+    fidelity = fidelity_line(outcomes, meta)
+    if fidelity:
+        parts[3:3] = [fidelity, ""]
+        parts.append(f"\nPSNR: median over {meta['fidelity_count']} evenly spaced "
+                     "photos, each stored image against the Pillow reference; "
+                     f"--before: {meta.get('before', 'not run')}.")
     if text:
         parts += ["", f"## Text: {text['megabytes']:.1f} MB of English-like lines → token ids", "",
                   markdown_table(["tool", "tokenizer", "tokens/s", "text MB/s",
@@ -482,6 +616,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "work on the machine to stop before each run (10)")
     add("--retries", type=int, default=2, help="redo a run disturbed by other work on the "
         "machine up to this many times, keeping the least disturbed (2)")
+    add("--before", type=Path, help="another checkout (e.g. of main, with its C extension "
+        "built) to run as 'datapipe-before', for speed and PSNR before and after")
+    add("--fidelity-count", type=int, default=200, help="photos whose PSNR against the "
+        "reference is measured, evenly spaced (200; 0 = none)")
     add("--skip", default="", help="comma-separated: " + ", ".join(p.name for p in PEERS)
         + ", or a whole kind: images, text")
     add("--one", help=argparse.SUPPRESS)  # internal: measure one run in this process
@@ -491,6 +629,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if min(args.repeats, args.workers, args.count, args.text_mb) < 1 or args.retries < 0:
         parser.error("--repeats, --workers, --count, --text-mb must be positive, --retries >= 0")
     check_skip(parser, args.skip, [*PEERS_BY_NAME, "images", "text"])
+    if args.before is not None and not (args.before / "preprocess" / "images.py").is_file():
+        parser.error(f"--before {args.before}: not a datapipe checkout")
     return args
 
 
@@ -510,6 +650,18 @@ def prepare_inputs(args: argparse.Namespace, outcomes: dict[str, Outcome]
     return inputs, meta
 
 
+def git_revision_of(checkout: Path) -> str:
+    """The commit a checkout is at: its git HEAD, or the REVISION file an export carries."""
+    marker = checkout / "REVISION"
+    if marker.is_file():
+        return marker.read_text().strip()
+    import subprocess
+
+    result = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True)
+    return result.stdout.strip() or "unknown revision"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.one:
@@ -518,12 +670,22 @@ def main(argv: list[str] | None = None) -> int:
     skip = skip_names(args.skip)
     outcomes = {p.name: initial_outcome((p.name, p.kind), skip, p.needs, dist_absent)
                 for p in PEERS}
+    if args.before is None:
+        outcomes["datapipe-before"].status = "not run (no --before)"
     info = announce_machine()
     (inputs, meta), prep_s = timed(lambda: prepare_inputs(args, outcomes))
+    fidelity = None
+    if args.fidelity_count and outcomes["datapipe"].status == "ok":
+        print(f"reference images for PSNR ({args.fidelity_count} photos) ...", flush=True)
+        fidelity = Fidelity(inputs["images"], args.fidelity_count)
+        meta["full_decode_psnr"] = fidelity.full_decode_psnr()
+        meta["fidelity_count"] = len(fidelity.sample)
+    if args.before is not None:
+        meta["before"] = f"{args.before} at {git_revision_of(args.before)}"
     meta.update(revision=git_revision(), repeats=args.repeats, workers=args.workers,
                 retries=args.retries,
                 prepare_s=round(prep_s, 1))
-    _, bench_s = timed(lambda: run_all(args, inputs, outcomes))
+    _, bench_s = timed(lambda: run_all(args, inputs, outcomes, fidelity))
     meta["benchmark_s"] = round(bench_s, 1)
     publish("convert", render(info, meta, outcomes), {
         "machine": info, "meta": meta, "headline": headline(outcomes),

@@ -41,15 +41,16 @@ def busy(seconds: float) -> None:
         pass
 
 
-def loop(iterable: Any, step_s: float, profiled: bool) -> tuple[float, float]:
-    """Seconds per step over the loop, and seconds for the end-of-run report (0 unprofiled)."""
+def loop(iterable: Any, step_s: float, profiled: bool) -> tuple[float, float, int]:
+    """Seconds per step over the loop, seconds for the end-of-run report (0 unprofiled) and
+    the number of steps."""
     steps = 0
     if not profiled:
         started = time.perf_counter()
         for _ in iterable:
             busy(step_s)
             steps += 1
-        return (time.perf_counter() - started) / max(steps, 1), 0.0
+        return (time.perf_counter() - started) / max(steps, 1), 0.0, steps
     prof = dp.profile()
     with prof:
         started = time.perf_counter()
@@ -59,7 +60,7 @@ def loop(iterable: Any, step_s: float, profiled: bool) -> tuple[float, float]:
             steps += 1
         looped = time.perf_counter()
         prof.report()
-    return (looped - started) / max(steps, 1), time.perf_counter() - looped
+    return (looped - started) / max(steps, 1), time.perf_counter() - looped, steps
 
 
 def make_tokens(root: Path, documents: int) -> Path:
@@ -76,15 +77,16 @@ def make_tokens(root: Path, documents: int) -> Path:
 
 
 def measure(make_iterable: Any, step_s: float,
-            repeats: int) -> tuple[float, float, float]:
-    """Median seconds per step plain and profiled, and the median report time."""
+            repeats: int) -> tuple[float, float, float, int]:
+    """Median seconds per step plain and profiled, the median report time, and the steps of
+    one loop."""
     plain, profiled, report = [], [], []
     for _ in range(repeats):  # interleaved, so drifting machine load hits both alike
         plain.append(loop(make_iterable(), step_s, profiled=False)[0])
-        per_step, report_s = loop(make_iterable(), step_s, profiled=True)
+        per_step, report_s, steps = loop(make_iterable(), step_s, profiled=True)
         profiled.append(per_step)
         report.append(report_s)
-    return median(plain), median(profiled), median(report)
+    return median(plain), median(profiled), median(report), steps
 
 
 def main() -> None:
@@ -104,13 +106,13 @@ def main() -> None:
                 tokens, max_tokens=256, num_workers=0),
         }
         for name, make in cases.items():
-            plain, profiled, report_s = measure(make, step_s, args.repeats)
+            plain, profiled, report_s, steps = measure(make, step_s, args.repeats)
             overhead = (profiled - plain) / plain
-            spread = report_s / args.steps / plain
-            rows.append([name, f"{plain * 1e3:.3f}", f"{profiled * 1e3:.3f}",
+            spread = report_s / steps / plain
+            rows.append([name, f"{steps:,}", f"{plain * 1e3:.3f}", f"{profiled * 1e3:.3f}",
                          f"{(profiled - plain) * 1e6:.1f}", f"{overhead:.2%}",
                          f"{report_s * 1e3:.1f} ({spread:.2%})"])
-    worst = max(float(r[4].rstrip("%")) for r in rows)
+    worst = max(float(r[5].rstrip("%")) for r in rows)
     info = machine()
     md = "\n".join([
         "# Profiler overhead", "",
@@ -118,8 +120,9 @@ def main() -> None:
         f"Machine: {machine_line(info)}", "",
         f"Loops of ~{args.step_ms:g} ms busy steps, median of {args.repeats} interleaved "
         "repeats.", "",
-        markdown_table(["loop", "ms/step plain", "ms/step profiled", "µs added per step",
-                        "overhead", f"report once, ms (spread over {args.steps} steps)"],
+        markdown_table(["loop", "steps", "ms/step plain", "ms/step profiled",
+                        "µs added per step", "overhead",
+                        "report once, ms (spread over the loop's steps)"],
                        rows), ""])
     print(md)
     write_results("profiler", md, {"machine": info, "rows": rows, "worst_percent": worst})

@@ -61,18 +61,24 @@ def _output_options(func: Any) -> Any:
         click.option("--overwrite", is_flag=True, help="Replace a dataset already in OUT."),
         click.option("--strict", is_flag=True,
                      help="Fail on the first bad input instead of listing it in rejects.jsonl."),
+        click.option("--staging", type=click.Path(path_type=Path), default=None,
+                     help="For an OUT that is a URL (s3://bucket/prefix): the local folder "
+                     "shards are made in before upload [default: a folder per URL under "
+                     "$DATAPIPE_CACHE_DIR/staging, else ~/.cache/datapipe/staging]."),
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
-def _make_output_options(out: Path, shard_format: str, shard_size: str, overwrite: bool,
-                         strict: bool) -> Any:
+def _make_output_options(out: str, shard_format: str, shard_size: str, overwrite: bool,
+                         strict: bool, staging: Path | None) -> Any:
+    from datapipe.format.remote import is_url, local_path
     from preprocess.output import OutputOptions, parse_size
 
-    return OutputOptions(out=out, shard_format=shard_format, shard_size=parse_size(shard_size),
-                         overwrite=overwrite, strict=strict)
+    return OutputOptions(out=out if is_url(out) else local_path(out), shard_format=shard_format,
+                         shard_size=parse_size(shard_size), overwrite=overwrite, strict=strict,
+                         staging=staging)
 
 
 def _report(result: Any, noun: str, rate: str) -> None:
@@ -83,27 +89,80 @@ def _report(result: Any, noun: str, rate: str) -> None:
                f"({_human_bytes(m.total_bytes)}) in {result.seconds:.1f} s, {rate}{resumed}")
     if result.rejects:
         click.echo(f"rejected {len(result.rejects):,} inputs, listed with reasons in "
-                   f"{result.out / 'rejects.jsonl'}")
+                   f"{_join(result.out, 'rejects.jsonl')}")
+
+
+def _cache_options(func: Any) -> Any:
+    options = [
+        click.option("--cache-dir", default=None, help="Where shards of a URL dataset are "
+                     "cached on this node [default: $DATAPIPE_CACHE_DIR, else "
+                     "~/.cache/datapipe]."),
+        click.option("--cache-size", default=None, help="Most bytes the cache may hold, e.g. "
+                     "200GB; least recently used shards go first [default: "
+                     "$DATAPIPE_CACHE_SIZE, else 100GB]."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _location(dataset: str, cache_dir: str | None = None, cache_size: str | None = None) -> Any:
+    """A local path, or a URL with its cache settings."""
+    from datapipe.format.sources import resolve_location
+
+    return resolve_location(dataset, cache_dir, cache_size)
+
+
+def _join(location: Any, name: str) -> str:
+    return f"{str(location).rstrip('/')}/{name}"
 
 
 @convert.command("images", context_settings=CONTEXT)
 @click.argument("src", type=click.Path(path_type=Path))
-@click.argument("out", type=click.Path(path_type=Path))
+@click.argument("out")
 @click.option("--short-side", default=256, show_default=True, type=int,
-              help="Resize so the shorter side is this many pixels; 0 keeps the size.")
+              help="Resize so the shorter side is this many pixels (of the image as displayed, "
+              "after its EXIF orientation); the longer side is the full-resolution one scaled "
+              "alike and rounded to the nearest pixel, halves up. 0 keeps the size.")
+@click.option("--upscale/--no-upscale", default=True, show_default=True,
+              help="Enlarge an image whose shorter side is below --short-side, as "
+              "torchvision's Resize does; --no-upscale stores it at its own size.")
 @click.option("--quality", default=90, show_default=True, type=int, help="JPEG quality.")
+@click.option("--subsampling", type=click.Choice(["4:4:4", "4:2:2", "4:2:0"]),
+              default="4:2:0", show_default=True,
+              help="JPEG chroma subsampling: 4:4:4 keeps colour edges sharp, at about 1.25x "
+              "the bytes of 4:2:0 on photos; 4:2:2 halves colour detail across only.")
+@click.option("--keep-icc", is_flag=True,
+              help="Store RGB values as the file holds them, with its ICC profile embedded, "
+              "instead of converting them to sRGB (the default). JPEG encoding only.")
 @click.option("--encoding", type=click.Choice(["jpeg", "raw"]), default="jpeg",
               show_default=True, help="Store JPEG, or raw uint8 RGB pixels (no decode at load).")
+@click.option("--max-pixels", default=89_478_485, show_default=True, type=int,  # PIL's limit
+              help="Reject an image whose stored or resized size (width x height) is over this "
+              "many pixels, judged from its header before decoding; the default is PIL's "
+              "decompression-bomb limit.")
 @click.option("--workers", default=0, type=int, help="Processes; 0 = all cores.")
 @_output_options
-def convert_images_cmd(src: Path, out: Path, short_side: int, quality: int, encoding: str,
+def convert_images_cmd(src: Path, out: str, short_side: int, upscale: bool, quality: int,
+                       subsampling: str, keep_icc: bool, encoding: str, max_pixels: int,
                        workers: int, **output: Any) -> None:
-    """Convert an image folder (SRC/<class>/<file>) or a CSV/JSONL list (path,label,...)."""
+    """Convert an image folder (SRC/<class>/<file>) or a CSV/JSONL list (path,label,...)
+    into OUT, a folder or a URL (s3://bucket/prefix: made locally, then uploaded).
+
+    Every input is converted or listed in OUT/rejects.jsonl with a reason: symlinks are
+    followed (a dangling or looping one is a reject), hidden entries ('.' names) and folders
+    that cannot be read are rejects, and so is any file that is not an image.
+
+    Stored images are RGB in sRGB: an embedded ICC profile (Adobe RGB, Display P3, ...) is
+    converted, transparency is composited onto white, 16-bit values are scaled by bit depth.
+    """
     from datapipe.system import available_cores
     from preprocess.image_ops import ImageSettings
     from preprocess.images import convert_images
 
-    settings = ImageSettings(short_side=short_side, quality=quality, encoding=encoding)
+    settings = ImageSettings(short_side=short_side, quality=quality, encoding=encoding,
+                             max_pixels=max_pixels, subsampling=subsampling, upscale=upscale,
+                             keep_icc=keep_icc)
     options = _make_output_options(out, **output)
     if workers < 0:
         raise click.BadParameter(f"must be >= 0, got {workers}", param_hint="--workers")
@@ -128,8 +187,7 @@ def _resumed_inputs(result: Any) -> int:
 
 
 @convert.command("text", context_settings=CONTEXT)
-@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path),
-                metavar="SRC... OUT")
+@click.argument("sources", nargs=-1, required=True, metavar="SRC... OUT")
 @click.option("--tokenizer", "tokenizer", required=True,
               help="Path to a Hugging Face tokenizer.json, or 'bytes' (built-in byte-level).")
 @click.option("--field", default="text", show_default=True, help="Text field of .jsonl/.parquet.")
@@ -138,9 +196,10 @@ def _resumed_inputs(result: Any) -> int:
 @click.option("--eos-token", default=None, help="Which token is EOS (default: found by name).")
 @click.option("--workers", default=0, type=int, help="Tokenizer threads; 0 = all cores.")
 @_output_options
-def convert_text_cmd(sources: tuple[Path, ...], tokenizer: str, field: str, doc_per_file: bool,
+def convert_text_cmd(sources: tuple[str, ...], tokenizer: str, field: str, doc_per_file: bool,
                      append_eos: bool, eos_token: str | None, workers: int, **output: Any) -> None:
-    """Tokenize .txt (a line or a file per document), .jsonl or .parquet into id arrays."""
+    """Tokenize .txt (a line or a file per document), .jsonl or .parquet into id arrays, in
+    OUT: a folder or a URL (s3://bucket/prefix: made locally, then uploaded)."""
     from preprocess.text import convert_text
     from preprocess.text_sources import TextOptions
 
@@ -150,8 +209,9 @@ def convert_text_cmd(sources: tuple[Path, ...], tokenizer: str, field: str, doc_
     options = _make_output_options(out, **output)
     progress = _Progress(None, "doc")
     try:
-        result = convert_text(list(srcs), options, tokenizer, TextOptions(field, doc_per_file),
-                              append_eos=append_eos, eos_token=eos_token, workers=workers or None,
+        result = convert_text([Path(s) for s in srcs], options, tokenizer,
+                              TextOptions(field, doc_per_file), append_eos=append_eos,
+                              eos_token=eos_token, workers=workers or None,
                               progress=progress.update_to)
     finally:
         progress.close()
@@ -161,13 +221,17 @@ def convert_text_cmd(sources: tuple[Path, ...], tokenizer: str, field: str, doc_
 
 
 @cli.command("inspect", context_settings=CONTEXT)
-@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("dataset")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def inspect_cmd(dataset: Path, as_json: bool) -> None:
-    """Summarize a dataset: samples, shards, bytes, schema, label or length histogram."""
+@_cache_options
+def inspect_cmd(dataset: str, as_json: bool, cache_dir: str | None,
+                cache_size: str | None) -> None:
+    """Summarize a dataset (a folder or a URL such as s3://bucket/prefix): samples, shards,
+    bytes, schema, label or length histogram."""
     from datapipe.inspection import summarize
 
-    summary = summarize(dataset)
+    location = _location(dataset, cache_dir, cache_size)
+    summary = summarize(location)
     if as_json:
         click.echo(json.dumps(summary, indent=1))
         return
@@ -183,7 +247,7 @@ def inspect_cmd(dataset: Path, as_json: bool) -> None:
         s = summary["lengths"]
         click.echo(f"tokens: {s['total']:,}; length min {s['min']} p50 {s['p50']:.0f} "
                    f"p95 {s['p95']:.0f} max {s['max']}")
-        click.echo(_length_histogram(Path(dataset)))
+        click.echo(_length_histogram(location))
     if "image_size" in summary:
         h, w = summary["image_size"]["height"], summary["image_size"]["width"]
         click.echo(f"stored size: height {h['min']}..{h['max']} (p50 {h['p50']:.0f}), "
@@ -204,7 +268,7 @@ def _bars(counts: dict[str, int], title: str, width: int = 40) -> str:
     return "\n".join(lines)
 
 
-def _length_histogram(dataset: Path) -> str:
+def _length_histogram(dataset: Any) -> str:
     import numpy as np
 
     from datapipe.format.dataset import Dataset
@@ -218,14 +282,16 @@ def _length_histogram(dataset: Path) -> str:
 
 
 @cli.command("verify", context_settings=CONTEXT)
-@click.argument("dataset", type=click.Path(path_type=Path))
-def verify_cmd(dataset: Path) -> None:
-    """Re-hash every shard against the manifest; exit 1 naming each bad shard."""
+@click.argument("dataset")
+def verify_cmd(dataset: str) -> None:
+    """Re-hash every shard against the manifest; exit 1 naming each bad shard. A URL's
+    objects are hashed as they stream, without going through the cache."""
     from datapipe.inspection import verify
 
+    dataset = _location(dataset)
     manifest, problems = verify(dataset)
     for problem in problems:
-        click.echo(f"{dataset / problem.name}: {problem.problem}", err=True)
+        click.echo(f"{_join(dataset, problem.name)}: {problem.problem}", err=True)
     if problems:
         click.echo(f"{dataset}: {len(problems)} of {len(manifest.shards)} shards are corrupt or "
                    "missing", err=True)
@@ -235,7 +301,7 @@ def verify_cmd(dataset: Path) -> None:
 
 
 @cli.command("bench", context_settings=CONTEXT)
-@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("dataset")
 @click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1))
 @click.option("--workers", default=0, type=click.IntRange(min=0),
               help="Worker processes; 0 = all cores.")
@@ -249,15 +315,21 @@ def verify_cmd(dataset: Path) -> None:
 @click.option("--ceiling", is_flag=True,
               help="Also measure plain decode of every stored image on all workers (with "
               "--batches, of as many as the loader delivered).")
-def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: int, epochs: int,
-              batches: int, ceiling: bool) -> None:
-    """Measure the loader's samples/s on DATASET with these settings."""
+@click.option("--verify", type=click.Choice(["cheap", "open"]), default="cheap",
+              show_default=True, help="The loader's checks: 'open' also hashes every shard "
+              "against the manifest at start-up (counted in the first batch's time).")
+@_cache_options
+def bench_cmd(dataset: str, batch_size: int, workers: int, decode: str, crop: int, epochs: int,
+              batches: int, ceiling: bool, verify: str, cache_dir: str | None,
+              cache_size: str | None) -> None:
+    """Measure the loader's samples/s on DATASET (a folder or a URL) with these settings."""
     from datapipe.bench import bench_loader, ceiling_decoder, decode_ceiling
     from datapipe.system import available_cores
 
+    dataset = _location(dataset, cache_dir, cache_size)
     workers = workers or available_cores()
     result = bench_loader(dataset, batch_size=batch_size, num_workers=workers, decode=decode,
-                          crop=crop, epochs=epochs, batches=batches)
+                          crop=crop, epochs=epochs, batches=batches, verify=verify)
     if result.batches == 0:  # the clock starts after the first batch
         raise ArgumentError(f"{dataset}: {epochs} epoch(s) of batch {batch_size} make at "
                             "most one batch, and the clock starts after the first; give more "
@@ -265,7 +337,7 @@ def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: i
     click.echo(f"{result.samples_per_second:,.0f} samples/s ({result.samples:,} samples in "
                f"{result.batches} batches, {result.seconds:.2f} s; first batch after "
                f"{result.first_batch_seconds:.2f} s) with decode={decode}, {workers} workers, "
-               f"batch {batch_size}, RandomResizedCrop({crop}) + flip")
+               f"batch {batch_size}, RandomResizedCrop({crop}) + flip, verify={verify}")
     if ceiling:
         # With --batches, the ceiling decodes as many images as the loader delivered.
         top = decode_ceiling(dataset, workers, limit=(batches + 1) * batch_size or None)
@@ -281,38 +353,80 @@ def bench_cmd(dataset: Path, batch_size: int, workers: int, decode: str, crop: i
 @click.option("--scaling-test", is_flag=True,
               help="Insert a few steps at 2x the batch to tell overhead- from compute-bound.")
 @click.option("--oracle", is_flag=True,
-              help="Insert a few steps replaying a cached batch: a perfect input pipeline.")
+              help="Insert a few steps replaying a cached batch (a perfect input pipeline); "
+              "the report says whether their speed-up agrees with the measured starvation.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[str, ...]) -> None:
-    """Run COMMAND (e.g. -- python train.py ARGS) with its datapipe loaders profiled."""
-    import os
-    import subprocess
+    """Run COMMAND (e.g. -- python train.py ARGS) with its datapipe loaders profiled.
 
-    from datapipe.profiling.auto import ENV_ORACLE, ENV_PREFIX, ENV_SCALING
+    Where COMMAND uses CUDA, starvation is the GPU's idle time for want of data (CUDA events).
+    If COMMAND fails, the report is marked partial, with no verdict, and its exit status is
+    passed on (128 + N for a signal).
+    """
+    import os
+
+    from datapipe.profiling.auto import (
+        ENV_ORACLE,
+        ENV_PREFIX,
+        ENV_SCALING,
+        exit_reason,
+        exit_status,
+        outputs,
+        text_path,
+    )
+    from datapipe.profiling.report import withdraw_verdict
 
     target = Path(prefix).resolve()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ArgumentError(f"--out {prefix}: cannot create {target.parent}: "
-                            f"{exc.strerror}") from None
-    report = Path(f"{prefix}.txt")
-    report.unlink(missing_ok=True)  # a report left from an earlier run is not this run's
-    env = {**os.environ, ENV_PREFIX: str(target),
-           ENV_SCALING: "1" if scaling_test else "0",
-           ENV_ORACLE: "1" if oracle or scaling_test else "0"}
-    try:
-        code = subprocess.call(list(command), env=env)
-    except FileNotFoundError:
-        raise click.UsageError(f"cannot run {command[0]!r}: no such program") from None
-    if report.is_file():
-        click.echo(report.read_text().rstrip())
+    settings, report = outputs(target), text_path(target)
+    _clear_profile(prefix, [report, settings.report, settings.trace, settings.html])
+    code = _run_command(command, {**os.environ, ENV_PREFIX: str(target),
+                                  ENV_SCALING: "1" if scaling_test else "0",
+                                  ENV_ORACLE: "1" if oracle or scaling_test else "0"})
+    failed = exit_reason(code)
+    text = withdraw_verdict(settings, report, failed) if failed else \
+        report.read_text().rstrip() if report.is_file() else None
+    if text:
+        click.echo(text)
         click.echo(f"files: {prefix}.json, {prefix}.trace.json (open in ui.perfetto.dev), "
                    f"{prefix}.html")
+    elif failed:
+        click.echo(f"datapipe profile: {failed} before writing a profile; nothing to report",
+                   err=True)
     else:
         click.echo("datapipe profile: the command iterated no datapipe loader; nothing to "
                    "report", err=True)
-    sys.exit(code)
+    sys.exit(exit_status(code))
+
+
+def _clear_profile(prefix: str, files: list[Path]) -> None:
+    """Make --out's directory and remove an earlier run's files: they are not this run's."""
+    try:
+        files[0].parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArgumentError(f"--out {prefix}: cannot create {files[0].parent}: "
+                            f"{exc.strerror}") from None
+    for stale in files:
+        try:
+            stale.unlink(missing_ok=True)
+        except OSError as exc:
+            raise ArgumentError(f"--out {prefix}: cannot replace {stale}: {exc.strerror}") \
+                from None
+
+
+def _run_command(command: tuple[str, ...], env: dict[str, str]) -> int:
+    """The command's exit status (negative: the signal that killed it)."""
+    import signal
+    import subprocess
+
+    # Ctrl-C reaches the command too: it is the command's to handle, and this process reports
+    # how the command ended. (A handler, unlike SIG_IGN, is not inherited by the command.)
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        return subprocess.call(list(command), env=env)
+    except OSError as exc:
+        raise click.UsageError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @cli.command("doctor", context_settings=CONTEXT)
@@ -323,12 +437,27 @@ def doctor_cmd() -> None:
     info = environment()
     pil = info.pop("PIL")
     click.echo(f"PIL: {pil['build']} {pil['version']} (libjpeg-turbo: {pil['libjpeg_turbo']})")
+    click.echo("PIL reads: " + ", ".join(f"{name} {'yes' if ok else 'NO'}"
+                                         for name, ok in pil["formats"].items()))
+    click.echo(f"PIL colour management (LittleCMS): {'yes' if pil['littlecms2'] else 'NO'}")
     for key, value in info.items():
         click.echo(f"{key}: {value}")
     if pil["build"] != "pillow-simd":
         click.echo("warning: PIL is not the pillow-simd build; CPU decode and resize are slower. "
                    "Reinstall with: pip uninstall -y pillow && pip install --force-reinstall "
                    "--no-deps pillow-simd", err=True)
+    _warn_missing_codecs(pil)
+
+
+def _warn_missing_codecs(pil: dict[str, Any]) -> None:
+    from datapipe.doctor import missing_support
+
+    missing = missing_support(pil)
+    if missing:
+        packages = " ".join(sorted(set(missing.values())))
+        click.echo(f"warning: this PIL build cannot read {', '.join(missing)}: it was built "
+                   f"without the headers of {packages} (Debian packages); install them and "
+                   "rerun `bash tools/setup.sh`, which rebuilds pillow-simd", err=True)
 
 
 def main(argv: list[str] | None = None) -> None:

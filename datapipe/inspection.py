@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 
 from datapipe.format.dataset import Dataset
-from datapipe.format.hashing import hash_file
+from datapipe.format.integrity import shard_file_problem
 from datapipe.format.manifest import Manifest
+from datapipe.format.sources import Location, open_source
 
 
-def summarize(directory: str | Path) -> dict[str, Any]:
+def summarize(directory: str | Path | Location) -> dict[str, Any]:
     """Counts, sizes, schema, and a label or length histogram, read from the scalar columns."""
     with Dataset(directory) as ds:
         m = ds.manifest
@@ -59,19 +60,20 @@ class ShardProblem:
     problem: str
 
 
-def verify(directory: str | Path, progress: Any = None) -> tuple[Manifest, list[ShardProblem]]:
-    """Re-hash every shard against the manifest; returns the problems found (none = intact)."""
-    manifest = Manifest.load(directory)
+def verify(directory: str | Path | Location,
+           progress: Any = None) -> tuple[Manifest, list[ShardProblem]]:
+    """Re-hash every shard against the manifest; returns the problems found (none = intact).
+    A remote dataset's objects are hashed as they stream, not through the cache."""
+    source = open_source(directory)
+    manifest = source.load_manifest()
     problems = []
     for shard in manifest.shards:
-        path = Path(directory) / shard.name
-        if not path.is_file():
-            problems.append(ShardProblem(shard.name, "missing"))
-        elif path.stat().st_size != shard.bytes:
-            problems.append(ShardProblem(
-                shard.name, f"size {path.stat().st_size} bytes, manifest says {shard.bytes}"))
-        elif hash_file(path) != shard.hash:
-            problems.append(ShardProblem(shard.name, "content hash differs from the manifest"))
+        if source.remote:
+            problem = source.object_problem(shard)
+        else:
+            problem = shard_file_problem(source.location / shard.name, shard)
+        if problem is not None:
+            problems.append(ShardProblem(shard.name, problem))
         if progress is not None:
             progress(shard.bytes)
     return manifest, problems

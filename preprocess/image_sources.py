@@ -1,4 +1,8 @@
-"""Where images come from: an ImageFolder tree or a CSV/JSONL manifest of `path,label[,extras]`."""
+"""Where images come from: an ImageFolder tree or a CSV/JSONL manifest of `path,label[,extras]`.
+
+Every input is listed, in a fixed order; one already known to be unusable (a bad manifest line,
+a dangling symlink, ...) carries its `problem` and becomes a reject with that reason.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +25,15 @@ class ImageItem:
     source: str     # as the user knows it: relative to SRC
     label: int
     extras: tuple[Any, ...] = ()
+    problem: str | None = None  # why it cannot be converted, when known before reading it
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A manifest line that names no image: listed as a reject, never skipped."""
+
+    source: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -31,32 +44,22 @@ class ImageSource:
 
 
 def list_images(src: Path) -> ImageSource:
-    if not src.exists():
-        raise ArgumentError(f"SRC {src} does not exist")
-    if src.is_dir():
-        return _image_folder(src)
+    try:
+        is_dir = src.is_dir()
+        if not is_dir and not src.exists():
+            raise ArgumentError(f"SRC {src} does not exist")
+    except OSError as exc:  # a name too long, a loop of links
+        raise ArgumentError(f"SRC {src}: {exc.strerror or exc}") from None
+    if is_dir:
+        from preprocess.image_folder import scan_image_folder  # builds on this module's types
+
+        return scan_image_folder(src)
     if src.suffix.lower() == ".csv":
         return _from_records(src, _read_csv(src))
     if src.suffix.lower() in (".jsonl", ".ndjson"):
         return _from_records(src, _read_jsonl(src))
     raise ArgumentError(f"SRC {src}: expected a directory (SRC/<class>/<file>) or a .csv/.jsonl "
                         "manifest")
-
-
-def _image_folder(src: Path) -> ImageSource:
-    classes = sorted(p.name for p in src.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not classes:
-        raise ArgumentError(f"SRC {src} has no class folders (expected SRC/<class>/<file>)")
-    items = []
-    for label, name in enumerate(classes):
-        for path in sorted((src / name).rglob("*")):
-            # Every regular file is an input, whatever its name: a file that is not an image is
-            # rejected and listed, never skipped unseen. Hidden files are not inputs.
-            if path.is_file() and not path.name.startswith("."):
-                items.append(ImageItem(path.resolve(), str(path.relative_to(src)), label))
-    if not items:
-        raise ArgumentError(f"SRC {src} holds no files under its class folders")
-    return ImageSource(tuple(items), tuple(classes), ())
 
 
 def _read_csv(src: Path) -> list[dict[str, Any]]:
@@ -67,8 +70,9 @@ def _read_csv(src: Path) -> list[dict[str, Any]]:
         raise ArgumentError(f"SRC {src}: unreadable CSV ({exc})") from None
 
 
-def _read_jsonl(src: Path) -> list[dict[str, Any]]:
-    records = []
+def _read_jsonl(src: Path) -> list[dict[str, Any] | BadLine]:
+    """Records in order; a line that is not a JSON object is kept as a BadLine (a reject)."""
+    records: list[dict[str, Any] | BadLine] = []
     try:
         lines = src.read_text().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -79,31 +83,40 @@ def _read_jsonl(src: Path) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except ValueError:
-            raise DataError(f"{src}:{number}: not valid JSON") from None
-        if not isinstance(record, dict):
-            raise DataError(f"{src}:{number}: expected a JSON object")
-        records.append(record)
+            record = None
+        if isinstance(record, dict) and "path" in record:
+            records.append(record)
+        else:
+            what = "no 'path'" if isinstance(record, dict) else "not a JSON object"
+            records.append(BadLine(f"{src.name}:{number}", f"{src.name} line {number}: {what}"))
     return records
 
 
-def _from_records(src: Path, records: list[dict[str, Any]]) -> ImageSource:
-    if not records:
-        raise ArgumentError(f"SRC {src} lists no images")
-    if "path" not in records[0]:
+def _from_records(src: Path, records: list[dict[str, Any] | BadLine]) -> ImageSource:
+    good = [r for r in records if not isinstance(r, BadLine)]
+    if not good:
+        raise ArgumentError(f"SRC {src} lists no images"
+                            + (f" ({records[0].source}: {records[0].reason})" if records else ""))
+    if "path" not in good[0]:
         raise ArgumentError(f"SRC {src}: needs a 'path' column (and usually 'label')")
-    extra_names = [k for k in records[0] if k not in ("path", "label")]
+    extra_names = [k for k in good[0] if k not in ("path", "label")]
     clash = RESERVED_COLUMNS.intersection(extra_names)
     if clash:
         raise ArgumentError(f"SRC {src}: column name {sorted(clash)[0]!r} is reserved")
-    labels, classes = _labels(src, [r.get("label") for r in records])
-    extras = {name: _typed_column(src, name, [r.get(name) for r in records])
+    labels, classes = _labels(src, [r.get("label") for r in good])
+    extras = {name: _typed_column(src, name, [r.get(name) for r in good])
               for name in extra_names}
-    base = src.parent
-    items = tuple(
-        ImageItem((base / str(r["path"])).resolve(), str(r["path"]), labels[i],
-                  tuple(extras[name][1][i] for name in extra_names))
-        for i, r in enumerate(records))
-    return ImageSource(items, classes, tuple((n, extras[n][0]) for n in extra_names))
+    items = []
+    row = 0  # index among the good records, which labels and extras are aligned with
+    for record in records:
+        if isinstance(record, BadLine):
+            items.append(ImageItem(src, record.source, -1, problem=record.reason))
+            continue
+        path = str(record["path"])
+        items.append(ImageItem((src.parent / path).resolve(), path, labels[row],
+                               tuple(extras[name][1][row] for name in extra_names)))
+        row += 1
+    return ImageSource(tuple(items), classes, tuple((n, extras[n][0]) for n in extra_names))
 
 
 def _labels(src: Path, raw: list[Any]) -> tuple[list[int], tuple[str, ...] | None]:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+import os
+import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from datapipe.format.hashing import hash_bytes
 from datapipe.format.schema import Column
 from preprocess.engine import ordered_map
 from preprocess.image_ops import ImageSettings, RejectedImage, prepare_image
-from preprocess.image_sources import ImageItem, list_images
+from preprocess.image_sources import ImageItem, ImageSource, list_images
 from preprocess.output import ConversionResult, OutputDirectory, OutputOptions
 
 BASE_COLUMNS = (Column("image", "bytes"), Column("label", "int64"), Column("height", "int32"),
@@ -22,15 +25,26 @@ Outcome = tuple
 
 
 def process_item(item: ImageItem, settings: ImageSettings) -> Outcome:
+    if item.problem is not None:
+        return ("reject", item.problem)
     try:
-        data = item.path.read_bytes()
-    except OSError as exc:
-        return ("reject", f"unreadable: {exc.strerror or exc}")
-    try:
-        payload, height, width = prepare_image(data, settings)
+        with _open_regular_file(item.path) as file:
+            payload, height, width = prepare_image(file, settings)
     except RejectedImage as exc:
         return ("reject", str(exc))
+    except OSError as exc:
+        return ("reject", f"unreadable: {exc.strerror or exc}")
     return ("ok", payload, height, width)
+
+
+def _open_regular_file(path: Path) -> BinaryIO:
+    """Open for reading, refusing FIFOs and devices (reading one could block forever)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without a writer
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RejectedImage("not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def convert_images(src: Path, options: OutputOptions, settings: ImageSettings, workers: int,
@@ -38,27 +52,33 @@ def convert_images(src: Path, options: OutputOptions, settings: ImageSettings, w
     """Convert every image under SRC; `progress(done, total)` is called as inputs finish."""
     source = list_images(src)
     columns = BASE_COLUMNS + tuple(Column(n, t) for n, t in source.extra_columns)
-    settings_record = {"short_side": settings.short_side, "quality": settings.quality,
-                       "encoding": settings.encoding, "shard_size": options.shard_size}
+    settings_record = {**settings.record(), "shard_size": options.shard_size}
     fingerprint = hash_bytes(json.dumps({
         "kind": "images", "format": options.shard_format, "settings": settings_record,
         "inputs": [(i.source, i.label, list(i.extras)) for i in source.items]},
         default=str).encode())
-    output = OutputDirectory(options, "images", columns, fingerprint)
-    total = len(source.items)
-    todo = source.items[output.resume_from:]
-    work = functools.partial(process_item, settings=settings)
-    for offset, outcome in enumerate(ordered_map(work, todo, workers, chunksize=16)):
-        index = output.resume_from + offset
+    with OutputDirectory(options, "images", columns, fingerprint) as output:
+        todo = source.items[output.resume_from:]
+        work = functools.partial(process_item, settings=settings)
+        outcomes = ordered_map(work, todo, workers, chunksize=16)
+        _write_outcomes(output, source, outcomes, progress)
+        return output.finish(len(source.items), settings_record, stats={},
+                             classes=source.classes)
+
+
+def _write_outcomes(output: OutputDirectory, source: ImageSource, outcomes: Iterator[Outcome],
+                    progress: Callable[[int, int], None] | None) -> None:
+    """Samples and rejects into OUT, in input order (the resumed part already is)."""
+    extra_names = [name for name, _ in source.extra_columns]
+    for index, outcome in enumerate(outcomes, output.resume_from):
         item = source.items[index]
         if outcome[0] == "ok":
             _, payload, height, width = outcome
             sample = {"image": payload, "label": item.label, "height": height, "width": width,
                       "path": item.source}
-            sample.update(zip((n for n, _ in source.extra_columns), item.extras, strict=True))
+            sample.update(zip(extra_names, item.extras, strict=True))
             output.add(index, sample)
         else:
             output.reject(index, item.source, outcome[1])
         if progress is not None:
-            progress(index + 1, total)
-    return output.finish(total, settings_record, stats={}, classes=source.classes)
+            progress(index + 1, len(source.items))

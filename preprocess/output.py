@@ -1,23 +1,33 @@
 """One conversion's output directory: prepare or resume it, journal shards, finish it.
 
 Everything a converter writes goes through here, so every converter gets the same guarantees:
-atomic shards, resume after a kill, rejects listed in OUT/rejects.jsonl, manifest written last.
+one writer at a time, atomic shards, resume after a kill or a full disk, rejects listed in
+OUT/rejects.jsonl, manifest written last. An OUT that is a URL is written in a local staging
+folder and uploaded at the end (see upload.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import errno
 import json
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datapipe.errors import ArgumentError, DataError
+from datapipe import sizes
+from datapipe.errors import ArgumentError, DataError, DatapipeError
 from datapipe.format.manifest import MANIFEST_NAME, SHARD_FORMATS, Manifest, write_atomic
+from datapipe.format.remote import is_url
 from datapipe.format.schema import Column
 from datapipe.format.writer import ShardSetWriter
+from preprocess.output_lock import LOCK_NAME, OutputLock
 from preprocess.resume import JOURNAL_NAME, Journal
+from preprocess.upload import RemoteTarget, staging_directory
 
 REJECTS_NAME = "rejects.jsonl"
 MAX_SHARD_SIZE = 1 << 40
@@ -25,26 +35,17 @@ MAX_SHARD_SIZE = 1 << 40
 
 def parse_size(text: str) -> int:
     """'256MB', '1.5G', '4096' -> bytes (powers of 1024)."""
-    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
-             "G": 1 << 30, "GB": 1 << 30, "T": 1 << 40, "TB": 1 << 40}
-    s = str(text).strip().upper()
-    number = s.rstrip("KMGTB")
-    try:
-        value = float(number) * units[s[len(number):]]
-    except (ValueError, KeyError):
-        raise ArgumentError(f"--shard-size: cannot read {text!r} as a size (e.g. 256MB)") from None
-    if not 1 <= value <= MAX_SHARD_SIZE:
-        raise ArgumentError(f"--shard-size: {text!r} is out of range (1 byte to 1 TB)")
-    return int(value)
+    return sizes.parse_size(text, "--shard-size", MAX_SHARD_SIZE, "1 TB")
 
 
 @dataclass(frozen=True)
 class OutputOptions:
-    out: Path
+    out: Path | str  # a folder, or a URL such as s3://bucket/prefix
     shard_format: str = "arrow"
     shard_size: int = 256 << 20
     overwrite: bool = False
     strict: bool = False
+    staging: Path | None = None  # for a URL: where shards are made before upload
 
     def __post_init__(self) -> None:
         if self.shard_format not in SHARD_FORMATS:
@@ -56,7 +57,7 @@ class OutputOptions:
 @dataclass
 class ConversionResult:
     manifest: Manifest
-    out: Path
+    out: Path | str
     inputs: int
     rejects: list[dict[str, Any]]
     seconds: float
@@ -65,15 +66,20 @@ class ConversionResult:
 
 
 def _is_ours(name: str) -> bool:
-    return (name.startswith(("shard-", ".datapipe-")) or name.startswith(MANIFEST_NAME)
-            or name == REJECTS_NAME)
+    # Temporary names too (NAME.tmp): a run stopped mid-write leaves them for the next to clear.
+    return name.startswith(("shard-", ".datapipe-", MANIFEST_NAME, REJECTS_NAME))
+
+
+def _make_directory(out: Path) -> None:
+    with _writing(out):
+        if out.exists() and not out.is_dir():
+            raise ArgumentError(f"OUT {out} exists and is not a directory")
+        out.mkdir(parents=True, exist_ok=True)
 
 
 def _prepare_directory(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise ArgumentError(f"OUT {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    names = [p.name for p in out.iterdir()]
+    """Check OUT (held locked) may be written, and empty it for --overwrite."""
+    names = [p.name for p in out.iterdir() if p.name != LOCK_NAME]
     foreign = sorted(n for n in names if not _is_ours(n))
     if foreign:
         raise ArgumentError(f"OUT {out} holds files datapipe did not write ({foreign[0]}, ...); "
@@ -89,15 +95,60 @@ def _prepare_directory(out: Path, overwrite: bool) -> None:
         raise ArgumentError(f"OUT {out} is not empty; pass --overwrite to replace its contents")
 
 
+@contextlib.contextmanager
+def _writing(out: Path) -> Iterator[None]:
+    """OS errors while writing OUT become one-line errors: the user can act on every one."""
+    try:
+        yield
+    except OSError as exc:
+        name = f" ({Path(exc.filename).name})" if exc.filename else ""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DatapipeError(
+                f"OUT {out}: no space left on the device{name}; free some and rerun the same "
+                "command: it resumes from the last finished shard") from None
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise ArgumentError(f"OUT {out} is not writable{name}: {exc.strerror}") from None
+        if exc.errno in (errno.ENOTDIR, errno.ENAMETOOLONG):  # OUT names no possible folder
+            raise ArgumentError(f"OUT {out}: {exc.strerror}") from None
+        raise DatapipeError(f"OUT {out}: cannot write{name}: {exc.strerror or exc}") from None
+
+
 class OutputDirectory:
-    """Owns OUT for one run of a converter."""
+    """Owns OUT for one run of a converter: use it as a context manager, so that the lock on
+    OUT is given back however the run ends."""
 
     def __init__(self, options: OutputOptions, kind: str, columns: tuple[Column, ...],
                  fingerprint: str) -> None:
+        self.target: RemoteTarget | None = None
+        if is_url(options.out):
+            self.target = RemoteTarget(str(options.out), _is_ours)
+            options = dataclasses.replace(
+                options, out=staging_directory(self.target.url, options.staging))
         self.options = options
         self.kind = kind
         self.columns = columns
         self.started = time.perf_counter()
+        _make_directory(options.out)
+        self.lock = OutputLock(options.out)
+        try:
+            with _writing(options.out):
+                self.lock.acquire()
+                self._start(fingerprint)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def __enter__(self) -> OutputDirectory:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.lock.release()
+
+    def _start(self, fingerprint: str) -> None:
+        """Take over OUT: a fresh start, or the intact part of an interrupted run."""
+        options = self.options
+        if self.target is not None:
+            self.target.prepare(options.overwrite)
         _prepare_directory(options.out, options.overwrite)
         self.journal = Journal(options.out, fingerprint)
         previous = self.journal.load() if self.journal.exists() else None
@@ -112,7 +163,7 @@ class OutputDirectory:
             self.journal.start()
         self._pending_rejects: list[dict[str, Any]] = []
         self._current_input = self.resume_from
-        self.writer = ShardSetWriter(options.out, columns, options.shard_format,
+        self.writer = ShardSetWriter(options.out, self.columns, options.shard_format,
                                      options.shard_size, first_index=len(kept),
                                      on_shard=self._on_shard)
         self.writer.shards.extend(kept)
@@ -130,7 +181,8 @@ class OutputDirectory:
     def add(self, input_index: int, sample: dict[str, Any]) -> None:
         """Add the sample made from input `input_index` (inputs arrive in order)."""
         self._current_input = input_index
-        self.writer.add(sample)
+        with _writing(self.options.out):
+            self.writer.add(sample)
 
     def reject(self, input_index: int, source: str, reason: str) -> None:
         if self.options.strict:
@@ -140,20 +192,41 @@ class OutputDirectory:
     def finish(self, inputs: int, settings: dict[str, Any], stats: dict[str, Any],
                tokenizer: dict[str, Any] | None = None,
                classes: tuple[str, ...] | None = None) -> ConversionResult:
-        """Flush the last shard, then write rejects and, last of all, the manifest."""
+        """Flush the last shard, then write rejects and, last of all, the manifest (for a URL:
+        upload them, and the manifest last)."""
         self._current_input = inputs
-        self.writer.flush()
-        self.rejects.extend(self._pending_rejects)
-        self._pending_rejects = []
         out = self.options.out
-        rejects_text = "".join(json.dumps(r) + "\n" for r in self.rejects)
-        write_atomic(out / REJECTS_NAME, rejects_text.encode())
-        manifest = Manifest(
-            kind=self.kind, shard_format=self.options.shard_format, columns=self.columns,
-            shards=tuple(self.writer.shards), settings=settings, tokenizer=tokenizer,
-            classes=classes, stats={**stats, "inputs": inputs, "rejected": len(self.rejects)})
-        manifest.save(out)
-        self.journal.remove()
-        return ConversionResult(manifest=manifest, out=out, inputs=inputs, rejects=self.rejects,
+        with _writing(out):
+            self.writer.flush()
+            self.rejects.extend(self._pending_rejects)
+            self._pending_rejects = []
+            rejects_text = "".join(json.dumps(r) + "\n" for r in self.rejects)
+            write_atomic(out / REJECTS_NAME, rejects_text.encode())
+            manifest = Manifest(
+                kind=self.kind, shard_format=self.options.shard_format, columns=self.columns,
+                shards=tuple(self.writer.shards), settings=settings, tokenizer=tokenizer,
+                classes=classes, stats={**stats, "inputs": inputs, "rejected": len(self.rejects)})
+            if self.target is None:
+                manifest.save(out)
+                self.journal.remove()
+        if self.target is not None:
+            self._publish(manifest)
+        self.lock.release()
+        with contextlib.suppress(OSError):
+            if self.target is not None:
+                out.rmdir()  # the staging folder, emptied by _publish
+        return ConversionResult(manifest=manifest, out=self.target.url if self.target else out,
+                                inputs=inputs, rejects=self.rejects,
                                 seconds=time.perf_counter() - self.started,
                                 resumed_shards=self.resumed_shards)
+
+    def _publish(self, manifest: Manifest) -> None:
+        """Upload the staged dataset, then empty the staging folder (all but the lock). Until
+        the upload is done, the journal stays: a rerun after a kill resumes it."""
+        out = self.options.out
+        self.target.upload(out, manifest, [REJECTS_NAME])
+        with _writing(out):
+            self.journal.remove()
+            for path in out.iterdir():
+                if path.name != LOCK_NAME:
+                    path.unlink()

@@ -62,7 +62,9 @@ class Journal:
                 entries.append(json.loads(line))
             except ValueError:
                 break
-        if not entries or entries[0].get("fingerprint") != self.fingerprint:
+        if not entries:
+            return ResumeState()  # stopped while starting the journal: nothing was finished
+        if entries[0].get("fingerprint") != self.fingerprint:
             raise ArgumentError(
                 f"{self.path.parent}: holds an interrupted conversion with other inputs or "
                 "settings; rerun with the same ones to resume, or pass --overwrite")

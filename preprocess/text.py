@@ -14,13 +14,19 @@ from datapipe.errors import ArgumentError
 from datapipe.format.hashing import hash_bytes
 from datapipe.format.schema import Column, token_type_for_vocab
 from preprocess.output import ConversionResult, OutputDirectory, OutputOptions
-from preprocess.text_sources import TextOptions, iter_documents, list_text_files
+from preprocess.text_sources import (
+    BadDocument,
+    Document,
+    TextOptions,
+    iter_documents,
+    list_text_files,
+)
 from preprocess.tokenizers import TextTokenizer, load_tokenizer
 
 BATCH_DOCUMENTS = 1024
 
 
-def _batches(documents: Iterator[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
+def _batches(documents: Iterator[Document], size: int) -> Iterator[list[Document]]:
     while batch := list(itertools.islice(documents, size)):
         yield batch
 
@@ -51,24 +57,36 @@ def convert_text(sources: list[Path], options: OutputOptions, tokenizer_spec: st
                 "append_eos": append_eos, "shard_size": options.shard_size}
     output = OutputDirectory(options, "text", (column, Column("length", "int32")),
                              _fingerprint(files, tokenizer, settings, options.shard_format))
-    documents = iter_documents(files, text_options)
-    index = output.resume_from
-    tokens = 0
-    eos = np.array([tokenizer.eos_id if append_eos else 0], dtype=column.numpy_dtype)
-    for batch in _batches(itertools.islice(documents, index, None), BATCH_DOCUMENTS):
-        encoded = tokenizer.encode_batch([text for _, text in batch])
-        for (where, text), ids in zip(batch, encoded, strict=True):
-            if not text.strip():
+    with output:
+        documents = itertools.islice(iter_documents(files, text_options), output.resume_from,
+                                     None)
+        eos = np.array([tokenizer.eos_id], dtype=column.numpy_dtype) if append_eos else None
+        index, tokens = _write_documents(output, documents, tokenizer, column.numpy_dtype, eos,
+                                         progress)
+        result = output.finish(index, settings, stats={}, tokenizer=tokenizer.identity())
+    result.extra["tokens_this_run"] = tokens
+    return result
+
+
+def _write_documents(output: OutputDirectory, documents: Iterator[Document],
+                     tokenizer: TextTokenizer, dtype: np.dtype, eos: np.ndarray | None,
+                     progress: Callable[[int, int], None] | None) -> tuple[int, int]:
+    """Tokenize in batches into OUT; returns (inputs done, tokens written this run)."""
+    index, tokens = output.resume_from, 0
+    for batch in _batches(documents, BATCH_DOCUMENTS):
+        texts = [text if isinstance(text, str) else "" for _, text in batch]
+        for (where, text), ids in zip(batch, tokenizer.encode_batch(texts), strict=True):
+            if isinstance(text, BadDocument):
+                output.reject(index, where, text.reason)
+            elif not text.strip():
                 output.reject(index, where, "empty document")
             else:
-                ids = ids.astype(column.numpy_dtype, copy=False)
-                if append_eos:
+                ids = ids.astype(dtype, copy=False)
+                if eos is not None:
                     ids = np.concatenate([ids, eos])
                 output.add(index, {"tokens": ids, "length": len(ids)})
                 tokens += len(ids)
             index += 1
         if progress is not None:
             progress(index, tokens)
-    result = output.finish(index, settings, stats={}, tokenizer=tokenizer.identity())
-    result.extra["tokens_this_run"] = tokens
-    return result
+    return index, tokens

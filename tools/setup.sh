@@ -39,5 +39,39 @@ if "$VENV/bin/python" -m pip show -q pillow >/dev/null 2>&1; then
   pip_q uninstall -y pillow
   pip_q install --force-reinstall --no-deps "pillow-simd>=9.0"
 fi
+
+# pillow-simd builds from source against the system's libraries and silently leaves out a format
+# whose headers are missing: TIFF with deflate/LZW (libtiff), WebP, and the colour management
+# that converts embedded ICC profiles to sRGB (LittleCMS). Debian packages: feature:package.
+HEADERS="libtiff:libtiff-dev littlecms2:liblcms2-dev webp:libwebp-dev"
+deb_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+if command -v dpkg-query >/dev/null 2>&1; then
+  wanted=""
+  for pair in $HEADERS; do deb_installed "${pair#*:}" || wanted="$wanted ${pair#*:}"; done
+  if [ -n "$wanted" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    # Never fatal: without them the build still works, and `datapipe doctor` says what it lacks.
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $wanted >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 \
+           && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $wanted >/dev/null 2>&1; }; } \
+      || echo "note: could not install$wanted with apt-get; PIL will lack those formats" >&2
+  elif [ -n "$wanted" ]; then
+    echo "note:$wanted not installed (installing needs root and apt-get); PIL will lack those" \
+      "formats (see datapipe doctor)" >&2
+  fi
+  # Rebuild pillow-simd if it lacks a feature whose headers are now present. --no-cache-dir:
+  # pip's wheel cache would hand back the same build without them.
+  rebuild=""
+  for pair in $HEADERS; do
+    if deb_installed "${pair#*:}" && ! "$VENV/bin/python" -c \
+        "import sys; from PIL import features; sys.exit(not features.check('${pair%%:*}'))"; then
+      rebuild=yes
+    fi
+  done
+  if [ -n "$rebuild" ]; then
+    echo "rebuilding pillow-simd with TIFF, WebP and LittleCMS support ..."
+    pip_q install --force-reinstall --no-deps --no-cache-dir --no-binary pillow-simd \
+      "pillow-simd>=9.0"
+  fi
+fi
 "$VENV/bin/datapipe" doctor
 touch "$VENV/.datapipe-setup-2"

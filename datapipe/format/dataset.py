@@ -1,28 +1,59 @@
-"""A dataset directory opened for reading: manifest plus lazily opened shard readers."""
+"""A dataset opened for reading: manifest plus lazily opened shard readers.
+
+The dataset is a local directory or a URL (s3://, gs://, ...): see sources.py for how remote
+shards reach a local path through the node's cache.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from datapipe.errors import DataError
-from datapipe.format.manifest import Manifest
+from datapipe.format.integrity import check_shard_values, check_verify_mode
 from datapipe.format.shard_reader import ShardReader, open_shard
+from datapipe.format.sources import RemoteLocation, ShardFile, open_source
 
 
 class Dataset:
-    """Random access by global sample index over all shards of a dataset."""
+    """Random access by global sample index over all shards of a dataset.
 
-    def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory)
-        self.manifest = Manifest.load(self.directory)
+    Each shard is checked as it is opened (see integrity.py): with verify="cheap", its
+    structure and scalar columns; with verify="open", also its content hash. A remote shard
+    that fails a check is fetched again once (its cached copy may be what is damaged).
+    `directory` is a path, a URL (with the default cache settings) or a RemoteLocation.
+    """
+
+    def __init__(self, directory: str | Path | RemoteLocation, verify: str = "cheap") -> None:
+        self.verify = check_verify_mode(verify)
+        self.source = open_source(directory)
+        self.directory = self.source.location  # a Path, or a RemoteLocation printing its URL
+        self.manifest = self.source.load_manifest()
         rows = [s.rows for s in self.manifest.shards]
         # shard_starts[k] is the global index of shard k's first sample.
         self.shard_starts = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(rows, out=self.shard_starts[1:])
         self._readers: dict[int, ShardReader] = {}
+        self._files: dict[int, ShardFile] = {}
+        self._on_close: list[Callable[[int], None]] = []
+        # A remote dataset keeps few shards open (in use, so not evictable): the cache may be
+        # smaller than the dataset.
+        self._max_open = self.source.max_open(self.manifest) if self.source.remote else 0
+
+    @property
+    def side_directory(self) -> Path:
+        """A local folder for files derived from this dataset (the length index)."""
+        return self.source.side_directory
+
+    def manifest_digest(self) -> str:
+        return self.source.manifest_digest()
+
+    def on_close(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(k)` whenever shard k's reader is closed (views of it go stale)."""
+        self._on_close.append(callback)
 
     def __len__(self) -> int:
         return int(self.shard_starts[-1])
@@ -34,14 +65,58 @@ class Dataset:
     def shard(self, k: int) -> ShardReader:
         reader = self._readers.get(k)
         if reader is None:
-            info = self.manifest.shards[k]
-            reader = open_shard(self.directory / info.name, self.manifest.shard_format,
-                                self.manifest.columns)
-            if reader.num_rows != info.rows:
-                raise DataError(f"{reader.path}: holds {reader.num_rows} rows, manifest says "
-                                f"{info.rows}; run `datapipe verify {self.directory}`")
+            if self._max_open and len(self._readers) >= self._max_open:
+                self._close_shard(next(iter(self._readers)))  # the least recently used
+            reader = self._open(k)
             self._readers[k] = reader
+        elif self._max_open:
+            self._readers[k] = self._readers.pop(k)  # most recently used last
         return reader
+
+    def _open(self, k: int) -> ShardReader:
+        for attempt in range(2 if self.source.remote else 1):
+            file = self.source.open(self.manifest.shards[k], self.verify, fresh=attempt > 0)
+            try:
+                reader = self._read(k, file.path)
+            except DataError:
+                file.release()
+                if attempt or not self.source.remote:
+                    raise
+                continue  # fetch it again: the cached copy may be what is damaged
+            self._files[k] = file
+            return reader
+        raise AssertionError("unreachable")
+
+    def _read(self, k: int, path: Path) -> ShardReader:
+        info = self.manifest.shards[k]
+        reader = open_shard(path, self.manifest.shard_format, self.manifest.columns,
+                            first_sample=int(self.shard_starts[k]),
+                            where=self.source.where(info.name), dataset=str(self.directory))
+        try:
+            if reader.num_rows != info.rows:
+                raise DataError(f"{reader.where}: holds {reader.num_rows} rows, manifest says "
+                                f"{info.rows}; run `datapipe verify {self.directory}`")
+            check_shard_values(reader, self.manifest)
+        except DataError:
+            reader.close()
+            raise
+        return reader
+
+    def _close_shard(self, k: int) -> None:
+        reader = self._readers.pop(k)
+        reader.close()
+        file = self._files.pop(k, None)
+        if file is not None:
+            file.release()
+        for callback in self._on_close:
+            callback(k)
+
+    def check_hashes(self) -> None:
+        """Hash every shard against the manifest now, rather than as each is first opened
+        (once per process tree: processes forked afterwards do not hash them again). A remote
+        dataset is downloaded into the cache for it."""
+        for info in self.manifest.shards:
+            self.source.open(info, "open").release()
 
     def locate(self, index: int) -> tuple[int, int]:
         """Global sample index -> (shard, row in shard)."""
@@ -61,14 +136,15 @@ class Dataset:
     def scalar(self, name: str) -> np.ndarray:
         """A scalar column over the whole dataset (labels, lengths), read shard by shard."""
         self.manifest.column(name)
+        if self.source.remote:  # read apart from the payloads, see scalar_index.py
+            return self.source.scalar(self.manifest, name)
         if not self.num_shards:
             return np.empty(0, dtype=self.manifest.column(name).numpy_dtype)
         return np.concatenate([self.shard(k).scalar(name) for k in range(self.num_shards)])
 
     def close(self) -> None:
-        for reader in self._readers.values():
-            reader.close()
-        self._readers.clear()
+        for k in list(self._readers):
+            self._close_shard(k)
 
     def __enter__(self) -> Dataset:
         return self

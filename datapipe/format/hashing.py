@@ -19,5 +19,18 @@ def hash_file(path: str | Path) -> str:
     return f"{HASH_ALGORITHM}:{digest.hexdigest()}"
 
 
-def hash_bytes(data: bytes) -> str:
+def hash_bytes(data: bytes | memoryview) -> str:
     return f"{HASH_ALGORITHM}:{xxhash.xxh3_128_hexdigest(data)}"
+
+
+class StreamHash:
+    """The same digest as hash_file, over bytes fed as they arrive (a download)."""
+
+    def __init__(self) -> None:
+        self._digest = xxhash.xxh3_128()
+
+    def update(self, chunk: bytes | memoryview) -> None:
+        self._digest.update(chunk)
+
+    def hexdigest(self) -> str:
+        return f"{HASH_ALGORITHM}:{self._digest.hexdigest()}"

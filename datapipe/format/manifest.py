@@ -88,10 +88,13 @@ class Manifest:
             "stats": self.stats,
         }
 
+    def to_bytes(self) -> bytes:
+        return (json.dumps(self.to_json(), indent=1) + "\n").encode()
+
     def save(self, directory: str | Path) -> Path:
         """Write atomically (temp file, fsync, rename) so a reader never sees half a manifest."""
         path = Path(directory) / MANIFEST_NAME
-        write_atomic(path, (json.dumps(self.to_json(), indent=1) + "\n").encode())
+        write_atomic(path, self.to_bytes())
         return path
 
     @classmethod

@@ -56,59 +56,103 @@ def write_msgpack_shard(path: str | Path, columns: tuple[Column, ...],
 
 
 class MsgpackShardReader(ShardReader):
-    def __init__(self, path: str | Path, columns: tuple[Column, ...]) -> None:
-        super().__init__(path, columns)
+    """The cheap structural check: at open, the footer's index must be sound (record offsets
+    increasing from the first record to the footer, a scalar per row); each record, when read,
+    must unpack to one cell per column, payloads as whole `bin` values of their dtype."""
+
+    def __init__(self, path: str | Path, columns: tuple[Column, ...],
+                 first_sample: int = 0, where: str | None = None,
+                 dataset: str | None = None) -> None:
+        super().__init__(path, columns, first_sample, where, dataset)
         try:
             with open(self.path, "rb") as f:
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except FileNotFoundError:
-            raise DataError(f"{self.path}: shard file is missing") from None
+            raise DataError(f"{self.where}: shard file is missing") from None
         except (OSError, ValueError) as exc:
-            raise DataError(f"{self.path}: not a readable msgpack shard ({exc})") from None
-        footer = self._read_footer()
+            raise DataError(f"{self.where}: not a readable msgpack shard ({exc})") from None
+        footer, footer_start = self._read_footer()
+        try:
+            self._read_index(footer, footer_start)
+        except DataError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self.corrupt_shard(f"damaged msgpack shard index ({exc})") from None
+
+    def _read_index(self, footer: dict, footer_start: int) -> None:
         self.num_rows = int(footer["rows"])
         self._offsets = np.frombuffer(footer["offsets"], dtype="<u8")
-        self._scalars = {name: np.frombuffer(raw, dtype=self.columns[name].numpy_dtype)
-                         for name, raw in footer["scalars"].items() if name in self.columns}
         stored = [c["name"] for c in footer["columns"]]
         self._position = {name: i for i, name in enumerate(stored)}
         missing = [n for n in self.columns if n not in self._position]
         if missing or len(self._offsets) != self.num_rows + 1:
-            raise DataError(f"{self.path}: shard lacks columns {missing} or its index is damaged")
+            raise DataError(f"{self.where}: shard lacks columns {missing} or its index is damaged")
+        self._check_offsets(footer_start)
+        self._scalars: dict[str, np.ndarray] = {}
+        for name, raw in footer["scalars"].items():
+            if name in self.columns:
+                dtype = self.columns[name].numpy_dtype
+                if len(raw) != self.num_rows * dtype.itemsize:
+                    raise self.corrupt_shard(f"column {name!r} holds {len(raw)} bytes for "
+                                             f"{self.num_rows} rows")
+                self._scalars[name] = np.frombuffer(raw, dtype=dtype)
 
-    def _read_footer(self) -> dict:
+    def _check_offsets(self, footer_start: int) -> None:
+        """Every record starts after the previous one (a record is never empty); the first
+        right after the magic, the last ends where the footer starts."""
+        offsets = self._offsets
+        if offsets[0] != len(MAGIC):
+            raise self.corrupt(0, f"record offset {offsets[0]} is not {len(MAGIC)}")
+        bad = offsets[1:] <= offsets[:-1]
+        if bad.any():
+            raise self.corrupt(int(np.argmax(bad)), "record offsets out of order")
+        if offsets[-1] != footer_start:
+            raise self.corrupt(self.num_rows - 1, f"last record ends at {offsets[-1]}, the "
+                               f"footer starts at {footer_start}")
+
+    def _read_footer(self) -> tuple[dict, int]:
         m = self._map
         tail = len(MAGIC) + _TAIL.size
         if len(m) < len(MAGIC) + tail or m[:8] != MAGIC or m[-8:] != MAGIC:
-            raise DataError(f"{self.path}: not a datapipe msgpack shard (bad magic)")
+            raise self.corrupt_shard("not a datapipe msgpack shard (bad magic)")
         (footer_len,) = _TAIL.unpack(m[-tail:-8])
         start = len(m) - tail - footer_len
         if start < len(MAGIC):
-            raise DataError(f"{self.path}: damaged msgpack shard footer")
+            raise self.corrupt_shard("damaged msgpack shard footer")
         try:
-            return msgpack.unpackb(m[start:start + footer_len], raw=False)
+            footer = msgpack.unpackb(m[start:start + footer_len], raw=False)
         except (ValueError, msgpack.UnpackException) as exc:
-            raise DataError(f"{self.path}: damaged msgpack shard footer ({exc})") from None
+            raise self.corrupt_shard(f"damaged msgpack shard footer ({exc})") from None
+        if not isinstance(footer, dict):
+            raise self.corrupt_shard("damaged msgpack shard footer")
+        return footer, start
 
     def _record(self, row: int) -> list:
         self._check_row(row)
         a, b = int(self._offsets[row]), int(self._offsets[row + 1])
         try:
-            return msgpack.unpackb(self._map[a:b], raw=False)
+            record = msgpack.unpackb(self._map[a:b], raw=False)
         except (ValueError, msgpack.UnpackException) as exc:
-            raise DataError(f"{self.path}: row {row} is damaged ({exc})") from None
+            raise self.corrupt(row, f"damaged record ({exc})") from None
+        if not isinstance(record, list) or len(record) != len(self._position):
+            raise self.corrupt(row, "damaged record (not one cell per column)")
+        return record
 
     def scalar(self, name: str) -> np.ndarray:
         col = self._column(name)
         if not col.is_scalar:
-            raise DataError(f"{self.path}: column {name!r} is {col.type}, not a scalar")
+            raise DataError(f"{self.where}: column {name!r} is {col.type}, not a scalar")
         return self._scalars[name]
 
     def payload(self, name: str, row: int) -> np.ndarray:
         col = self._column(name)
         if not col.is_payload:
-            raise DataError(f"{self.path}: column {name!r} is not a payload column")
-        return np.frombuffer(self._record(row)[self._position[name]], dtype=col.numpy_dtype)
+            raise DataError(f"{self.where}: column {name!r} is not a payload column")
+        cell = self._record(row)[self._position[name]]
+        if not isinstance(cell, bytes) or len(cell) % col.numpy_dtype.itemsize:
+            raise self.corrupt(row, f"damaged record (column {name!r} is not a whole "
+                                    f"{col.numpy_dtype} array)")
+        return np.frombuffer(cell, dtype=col.numpy_dtype)
 
     def value(self, name: str, row: int) -> Any:
         self._column(name)

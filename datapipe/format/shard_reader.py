@@ -15,10 +15,17 @@ from datapipe.format.schema import Column
 class ShardReader(ABC):
     """Random access to the rows of one memory-mapped shard file."""
 
-    def __init__(self, path: str | Path, columns: tuple[Column, ...]) -> None:
+    def __init__(self, path: str | Path, columns: tuple[Column, ...],
+                 first_sample: int = 0, where: str | None = None,
+                 dataset: str | None = None) -> None:
         self.path = Path(path)
+        # What messages call the shard and its dataset: a remote shard's URL, not its cached
+        # copy's path.
+        self.where = where or str(self.path)
+        self.dataset = dataset or str(self.path.parent)
         self.columns = {c.name: c for c in columns}
         self.num_rows = 0
+        self.first_sample = first_sample  # global index of row 0, for error messages
 
     def __len__(self) -> int:
         return self.num_rows
@@ -35,6 +42,11 @@ class ShardReader(ABC):
     def value(self, name: str, row: int) -> Any:
         """One cell of any column as a Python value (strings, extras)."""
 
+    def payload_lengths(self, name: str) -> np.ndarray | None:
+        """Every row's payload length from the shard's index, where the format keeps one
+        apart from the payloads (None: only reading the rows would tell)."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional for subclasses
         """Release the file mapping."""
 
@@ -46,22 +58,36 @@ class ShardReader(ABC):
         try:
             return self.columns[name]
         except KeyError:
-            raise DataError(f"{self.path}: no column {name!r}") from None
+            raise DataError(f"{self.where}: no column {name!r}") from None
+
+    def corrupt(self, row: int, problem: str) -> DataError:
+        """The error for a row whose stored bytes cannot be right: names the shard, the row and
+        the sample, and what to run."""
+        return DataError(f"{self.where} row {row} (sample {self.first_sample + row}): {problem} "
+                         f"(a corrupt shard? run `datapipe verify {self.dataset}`)")
+
+    def corrupt_shard(self, problem: str) -> DataError:
+        return DataError(f"{self.where}: {problem} (a corrupt shard? run `datapipe verify "
+                         f"{self.dataset}`)")
 
     def _check_row(self, row: int) -> None:
         if not 0 <= row < self.num_rows:
-            raise DataError(f"{self.path}: row {row} out of range (shard has {self.num_rows})")
+            raise DataError(f"{self.where}: row {row} out of range (shard has {self.num_rows})")
 
 
-def open_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...]) -> ShardReader:
+def open_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...],
+               first_sample: int = 0, where: str | None = None,
+               dataset: str | None = None) -> ShardReader:
+    """Map a shard and check its structure (offsets in range and monotonic). `where` and
+    `dataset` name the shard and its dataset in errors (default: the path and its folder)."""
     if shard_format == "arrow":
         from datapipe.format.arrow_shard import ArrowShardReader
 
-        return ArrowShardReader(path, columns)
+        return ArrowShardReader(path, columns, first_sample, where, dataset)
     if shard_format == "msgpack":
         from datapipe.format.msgpack_shard import MsgpackShardReader
 
-        return MsgpackShardReader(path, columns)
+        return MsgpackShardReader(path, columns, first_sample, where, dataset)
     raise DataError(f"{path}: unknown shard format {shard_format!r}")
 
 

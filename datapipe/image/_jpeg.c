@@ -7,12 +7,14 @@
  *   scaled box. `pixels` is packed RGB, `height` rows of `width` pixels, whose top-left pixel
  *   is scaled image pixel (left, top).
  *
- * crop_into(data, region, scale_denom, box, flip, out, path="auto") -> None
+ * crop_into(data, region, scale_denom, box, flip, out, path="auto", size=(0, 0)) -> None
  *   The loader's whole per-image job in one call: decode `region` (x, y, w, h in stored pixels)
  *   as above, then resample the float `box` (x0, y0, x1, y1, stored pixels) with PIL's
  *   antialiased bilinear filter to fill `out` (a writable C-contiguous H x W x 3 uint8 array),
  *   mirrored when `flip`. No intermediate Python objects; working memory is reused per thread.
- *   `path` picks the resampler's code ("auto", or one of resample_paths(), for tests).
+ *   `path` picks the resampler's code ("auto", or one of resample_paths(), for tests). With
+ *   `size` (width, height), a JPEG of any other size is an error before anything is decoded:
+ *   the region and box were planned from that size.
  *
  * resample_paths() -> tuple of the resampler paths this build and CPU can run.
  *
@@ -86,10 +88,11 @@ struct region {
 };
 
 /* Decodes the box into `mem`, `bpp` bytes per pixel in `space`, with `slack` spare bytes after
-   each row. Runs without the GIL. Returns 0, or -1 with `message` set. */
+   each row; fails unless the image is `expect_w` x `expect_h` (when those are > 0). Runs without
+   the GIL. Returns 0, or -1 with `message` set. */
 static int decode_box(const uint8_t *data, size_t len, int x0, int y0, int w, int h, int denom,
-                      J_COLOR_SPACE space, int bpp, size_t slack, struct scratch *mem,
-                      struct region *out, char *message) {
+                      int expect_w, int expect_h, J_COLOR_SPACE space, int bpp, size_t slack,
+                      struct scratch *mem, struct region *out, char *message) {
     struct jpeg_decompress_struct cinfo;
     struct error_manager err;
     int failed = 0;
@@ -103,6 +106,13 @@ static int decode_box(const uint8_t *data, size_t len, int x0, int y0, int w, in
         jpeg_create_decompress(&cinfo);
         jpeg_mem_src(&cinfo, data, (unsigned long)len);
         jpeg_read_header(&cinfo, TRUE);
+        if (expect_w > 0 && ((int)cinfo.image_width != expect_w ||
+                             (int)cinfo.image_height != expect_h)) {
+            snprintf(err.message, sizeof err.message, "the JPEG is %ux%u pixels, not %dx%d",
+                     (unsigned)cinfo.image_width, (unsigned)cinfo.image_height, expect_w,
+                     expect_h);
+            longjmp(err.jump, 1);
+        }
         cinfo.out_color_space = space;
         cinfo.scale_num = 1;
         cinfo.scale_denom = (unsigned int)denom;
@@ -163,7 +173,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
         return mem == NULL ? PyErr_NoMemory() : NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    failed = decode_box(data.buf, (size_t)data.len, x0, y0, w, h, denom, JCS_RGB, 3, 0,
+    failed = decode_box(data.buf, (size_t)data.len, x0, y0, w, h, denom, 0, 0, JCS_RGB, 3, 0,
                         &mem->pixels, &r, message);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
@@ -200,18 +210,18 @@ static PyObject *resample_paths(PyObject *self, PyObject *unused) {
 
 static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"data", "region", "scale_denom", "box", "flip", "out", "path",
-                               NULL};
+                               "size", NULL};
     Py_buffer data, out;
-    int rx, ry, rw, rh, denom, flip, failed = 0;
+    int rx, ry, rw, rh, denom, flip, failed = 0, expect_w = 0, expect_h = 0;
     const char *path_name = "auto";
     double bx0, by0, bx1, by1;
     PyObject *out_obj;
     struct region r;
     char message[JMSG_LENGTH_MAX] = "";
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*(iiii)i(dddd)pO|s", keywords, &data, &rx,
-                                     &ry, &rw, &rh, &denom, &bx0, &by0, &bx1, &by1, &flip,
-                                     &out_obj, &path_name))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*(iiii)i(dddd)pO|s(ii)", keywords, &data,
+                                     &rx, &ry, &rw, &rh, &denom, &bx0, &by0, &bx1, &by1, &flip,
+                                     &out_obj, &path_name, &expect_w, &expect_h))
         return NULL;
     int path = resample_path(path_name);
     if (path < 0 || !resample_path_available(path)) {
@@ -243,8 +253,8 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     Py_BEGIN_ALLOW_THREADS
     /* RGBX: 4-byte pixels for the resampler, plus one spare pixel per row for its last tap. */
-    failed = decode_box(data.buf, (size_t)data.len, rx, ry, rw, rh, denom, JCS_EXT_RGBX, 4, 4,
-                        &mem->pixels, &r, message);
+    failed = decode_box(data.buf, (size_t)data.len, rx, ry, rw, rh, denom, expect_w, expect_h,
+                        JCS_EXT_RGBX, 4, 4, &mem->pixels, &r, message);
     if (!failed) {
         double x0 = bx0 / denom - r.left, y0 = by0 / denom - r.top;
         double x1 = bx1 / denom - r.left, y1 = by1 / denom - r.top;
@@ -273,7 +283,7 @@ static PyMethodDef methods[] = {
     {"decode_region", decode_region, METH_VARARGS,
      "decode_region(data, x0, y0, w, h, scale_denom) -> (rgb, width, height, left, top)"},
     {"crop_into", (PyCFunction)(void (*)(void))crop_into, METH_VARARGS | METH_KEYWORDS,
-     "crop_into(data, region, scale_denom, box, flip, out, path='auto') -> None"},
+     "crop_into(data, region, scale_denom, box, flip, out, path='auto', size=(0, 0)) -> None"},
     {"resample_paths", resample_paths, METH_NOARGS,
      "resample_paths() -> the resampler paths this build and CPU can run"},
     {NULL, NULL, 0, NULL}};

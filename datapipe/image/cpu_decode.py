@@ -21,6 +21,7 @@ except ImportError:  # built without libjpeg headers: PIL does all the decoding
     crop_into = decode_region = None
 
 _RESAMPLE = Image.Resampling.BILINEAR
+_VERIFY_HINT = " (a corrupt shard? `datapipe verify` re-hashes it)"
 
 
 def decode_into(payload: bytes, encoding: str, height: int, width: int,
@@ -30,7 +31,8 @@ def decode_into(payload: bytes, encoding: str, height: int, width: int,
     x0, y0, cw, ch = (int(v) for v in box)
     if encoding == "raw":
         if len(payload) != height * width * 3:
-            raise DataError(f"raw image holds {len(payload)} bytes, expected {height}x{width}x3")
+            raise DataError(f"raw image holds {len(payload)} bytes, expected {height}x{width}x3"
+                            f"{_VERIFY_HINT}")
         if (cw, ch) == (out_w, out_h):
             pixels = np.frombuffer(payload, dtype=np.uint8).reshape(height, width, 3)
             region = pixels[y0:y0 + ch, x0:x0 + cw]
@@ -42,6 +44,9 @@ def decode_into(payload: bytes, encoding: str, height: int, width: int,
         return
     else:
         image = Image.open(io.BytesIO(payload))  # BytesIO shares a bytes object, no copy
+        if image.size != (width, height):  # the crop was planned from the stored size
+            raise DataError(f"the image is {image.width}x{image.height} pixels, but the "
+                            f"shard's width and height say {width}x{height}{_VERIFY_HINT}")
         _reduced_decode(image, cw / out_w, ch / out_h)
         if image.mode != "RGB":
             image = image.convert("RGB")
@@ -64,7 +69,8 @@ def _region_into(payload: bytes, width: int, height: int, box: tuple[int, int, i
                  flip: bool, out: np.ndarray) -> bool:
     """Decode only the crop's rows and iMCU columns, at the smallest 1/2^k scale that still
     covers the output, and resample straight into `out`. False when libjpeg declines (e.g.
-    CMYK): the caller uses PIL."""
+    CMYK, or a JPEG whose size is not the stored one): the caller uses PIL, which names the
+    problem."""
     x0, y0, cw, ch = box
     out_h, out_w = out.shape[:2]
     reduction = min(cw / out_w, ch / out_h)
@@ -76,7 +82,7 @@ def _region_into(payload: bytes, width: int, height: int, box: tuple[int, int, i
     rx1, ry1 = min(width, x0 + cw + margin), min(height, y0 + ch + margin)
     try:
         crop_into(payload, (rx0, ry0, rx1 - rx0, ry1 - ry0), denom,
-                  (x0, y0, x0 + cw, y0 + ch), flip, out)
+                  (x0, y0, x0 + cw, y0 + ch), flip, out, size=(width, height))
     except ValueError:
         return False
     return True

@@ -33,17 +33,19 @@ class LoaderBase:
     `_identity()`, `_plan(epoch)` and `_pass_batches()`, which begins with `_begin_epoch()`."""
 
     _producer: Any = None
+    _prefetcher: Any = None  # downloads a remote dataset's next shards (format/prefetch.py)
     # The DataLoader attributes frameworks read. Lightning calls `sampler.set_epoch` and, having
     # found a sampler, reads `batch_sampler` too. No `dataset` attribute on purpose: Lightning
     # would try to rebuild the loader around a new sampler (`_update_dataloader`).
     batch_sampler = None
 
-    def __init__(self, path: Path, fields: Iterable[str] | None = None) -> None:
+    def __init__(self, path: str | Path | None = None,
+                 fields: Iterable[str] | None = None) -> None:
         self._position = LoaderPosition()
         # Whoever wants per-batch timings (the profiler) sets this; None costs nothing.
         self.observer: Any = None
         self._pending: dict[int, dict[str, Any]] = {}
-        self._passes = PassGuard(f"{type(self).__name__}('{path}')")
+        self._passes = PassGuard(type(self).__name__ + (f"('{path}')" if path else ""))
         self.sampler = EpochSampler(self)
         self._fields_wanted = fields
         self.fields: tuple[str, ...] | None = None
@@ -146,13 +148,30 @@ class LoaderBase:
         if self._group_implicit:
             check_group_unchanged(type(self).__name__, self.rank, self.world_size)
         start = self._position.begin_pass()
+        self._prefetch_from(self._position.epoch, start)
         return self._position.epoch, start
+
+    def _prefetch_from(self, epoch: int, batch: int) -> None:
+        """Say which batch comes next, for a remote dataset's shard prefetcher (started on
+        first use, before any worker)."""
+        if self._prefetcher is None:
+            from datapipe.format.sources import RemoteLocation
+
+            location = getattr(self, "path", None)
+            if not isinstance(location, RemoteLocation):
+                return
+            from datapipe.format.prefetch import ShardPrefetcher
+
+            self._prefetcher = ShardPrefetcher(location, self._plan)
+        self._prefetcher.advance(epoch, batch)
 
     def _handed_out(self, b: int, num_batches: int) -> None:
         """Count batch b as delivered: positions count what the caller got, not what was
         built ahead."""
         self._position.batches_done = b + 1
         self._position.epoch_finished = b + 1 == num_batches
+        if self._prefetcher is not None:
+            self._prefetcher.advance(self._position.epoch, b + 1)
 
     def _finish_empty(self, start: int, num_batches: int) -> None:
         if start == num_batches:
@@ -164,6 +183,8 @@ class LoaderBase:
             self._passes.retire()
         if self._producer is not None:
             self._producer.close()
+        if self._prefetcher is not None:
+            self._prefetcher.close()
 
     def __enter__(self) -> LoaderBase:
         return self

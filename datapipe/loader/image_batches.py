@@ -10,6 +10,7 @@ import numpy as np
 
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
+from datapipe.format.sources import Location
 from datapipe.image.cpu_decode import decode_into
 from datapipe.image.transforms import Pipeline, plan_crops
 from datapipe.loader.workers import BatchTask, worker_timing
@@ -21,12 +22,13 @@ ON_ERROR = ("raise", "skip")
 class ImageBatchSpec:
     """Everything a worker needs to build batches (small and picklable)."""
 
-    directory: str
+    directory: str | Location  # a path or URL
     pipeline: Pipeline
     out_size: tuple[int, int]
     seed: int
     on_error: str = "raise"
     extra_columns: tuple[str, ...] = ()
+    verify: str = "cheap"  # see datapipe/format/integrity.py
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
@@ -44,7 +46,7 @@ def batch_rng(seed: int, epoch: int, batch_no: int) -> np.random.Generator:
 class ImageBatchBuilder:
     def __init__(self, spec: ImageBatchSpec) -> None:
         self.spec = spec
-        self.dataset = Dataset(spec.directory)
+        self.dataset = Dataset(spec.directory, verify=spec.verify)
         self.encoding = self.dataset.manifest.settings.get("encoding", "jpeg")
         self.heights = self.dataset.scalar("height").astype(np.int64)
         self.widths = self.dataset.scalar("width").astype(np.int64)

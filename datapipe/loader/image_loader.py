@@ -14,6 +14,8 @@ import torch
 
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
+from datapipe.format.integrity import check_verify_mode
+from datapipe.format.sources import resolve_location
 from datapipe.image.batch_ops import BatchTransforms
 from datapipe.image.transforms import Transform, as_pipeline
 from datapipe.loader.base import LoaderBase
@@ -41,6 +43,19 @@ class Loader(LoaderBase):
     samples, the shortfall repeated and flagged ``is_padding``; ``drop_last`` then drops the
     incomplete last batch of that share. Batches are views of shared buffers, never reused
     while anything refers to them.
+
+    ``verify="cheap"`` (the default) checks each shard's structure and scalar columns as it is
+    opened (labels within the manifest's classes, image sizes possible): a failure is a
+    ``DataError`` naming the shard, row and sample, whatever ``on_error`` says. Each image's
+    stored size is also checked against its JPEG header as it is decoded: a mismatch is a decode
+    failure, which ``on_error`` governs. ``verify="open"`` also hashes every shard against the
+    manifest when the loader is made (once: workers inherit the result).
+
+    ``path`` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``, any fsspec protocol):
+    shards then stream into a node-local cache (``cache_dir``, else ``$DATAPIPE_CACHE_DIR``,
+    else ``~/.cache/datapipe``; at most ``cache_size`` bytes, e.g. ``"200GB"``, else
+    ``$DATAPIPE_CACHE_SIZE``, else 100 GB), shared by every process on the node; see
+    docs/REMOTE.md.
     """
 
     def __init__(self, path: str | Path, batch_size: int = 256, *, shuffle: bool = True,
@@ -48,16 +63,18 @@ class Loader(LoaderBase):
                  transform: Transform | None = None, device: str | torch.device = "cpu",
                  drop_last: bool = False, persistent: bool = True, rank: int | None = None,
                  world_size: int | None = None, prefetch: int = 2, on_error: str = "raise",
-                 extra_columns: tuple[str, ...] | None = None,
+                 extra_columns: tuple[str, ...] | None = None, verify: str = "cheap",
+                 cache_dir: str | Path | None = None, cache_size: int | str | None = None,
                  fields: Iterable[str] | None = None) -> None:
         if batch_size < 1:
             raise ArgumentError(f"batch_size must be >= 1, got {batch_size}")
         if decode not in DECODERS:
             raise ArgumentError(f"decode must be one of {DECODERS}, got {decode!r}")
-        super().__init__(Path(path), fields)
+        verify = check_verify_mode(verify)
+        super().__init__(path, fields)
         if prefetch < 1:
             raise ArgumentError(f"prefetch must be >= 1, got {prefetch}")
-        self.path = Path(path)
+        self.path = resolve_location(path, cache_dir, cache_size)
         seed = check_counter("seed", seed)
         self.batch_size, self.shuffle, self.seed, self.drop_last = (batch_size, shuffle, seed,
                                                                     drop_last)
@@ -69,14 +86,17 @@ class Loader(LoaderBase):
         self.device = resolve_device(device)
         self.decode = decode
         self.pipeline = as_pipeline(transform)
-        with Dataset(self.path) as ds:
+        with Dataset(self.path, verify=verify) as ds:
             self._check_dataset(ds)
+            if verify == "open":
+                ds.check_hashes()  # here, before workers fork: each shard is hashed once
             self.num_samples = len(ds)
             out_size = self._output_size(ds, self.pipeline)
             extras = self._extra_columns(ds, extra_columns)
             self._manifest = manifest_fingerprint(ds.manifest)
         self._check_fields(("image", "label", "index", "is_padding", *extras))
-        self.spec = ImageBatchSpec(str(self.path), self.pipeline, out_size, seed, on_error, extras)
+        self.spec = ImageBatchSpec(self.path, self.pipeline, out_size, seed, on_error, extras,
+                                   verify)
         self.batch_transforms = BatchTransforms(self.pipeline.batch_steps, seed)
         self._producer = self._make_producer(persistent, prefetch)
         self.skipped: list[tuple[int, str]] = []

@@ -14,6 +14,8 @@ import torch
 
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
+from datapipe.format.integrity import check_verify_mode
+from datapipe.format.sources import resolve_location
 from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import prefetch_to_device, resolve_device
@@ -74,6 +76,14 @@ class TokenLoader(LoaderBase):
     Every batch has `index` (document ids in order), `is_padding` (a repeated batch that
     evens out ranks), `num_real_tokens` and `efficiency` (real tokens / tokens computed).
     `fields=("input_ids", "labels")` yields that tuple instead of the dict.
+
+    verify="cheap" (the default) checks each shard's token offsets and lengths as it is opened
+    and every batch's ids against the vocabulary size, in the workers; verify="open" also hashes
+    every shard against the manifest when the loader is made (once: workers inherit the result).
+    A failed check is a `DataError` naming the shard, row and document.
+
+    `path` may be a URL, read through a node-local cache (`cache_dir`, `cache_size`): as for
+    `Loader`, see docs/REMOTE.md.
     """
 
     def __init__(self, path: str | Path, max_tokens: int | None = None, *,
@@ -83,9 +93,12 @@ class TokenLoader(LoaderBase):
                  tokenizer: str | None = None, rank: int | None = None,
                  world_size: int | None = None, device: str | torch.device = "cpu",
                  prefetch: int = 4, persistent: bool = True, bucket_batches: int = 64,
-                 pack_window: int = 16384, fields: Iterable[str] | None = None) -> None:
-        super().__init__(Path(path), fields)
-        self.path = Path(path)
+                 pack_window: int = 16384, verify: str = "cheap",
+                 cache_dir: str | Path | None = None, cache_size: int | str | None = None,
+                 fields: Iterable[str] | None = None) -> None:
+        super().__init__(path, fields)
+        self.path = resolve_location(path, cache_dir, cache_size)
+        verify = check_verify_mode(verify)
         seed = check_counter("seed", seed)
         num_workers = check_counter("num_workers", num_workers)
         pad_id = check_counter("pad_id", pad_id)  # a negative id breaks embedding lookups
@@ -99,8 +112,10 @@ class TokenLoader(LoaderBase):
         self._group_implicit = rank is None and world_size is None
         self.device = resolve_device(device)
         self.collate_options = CollateOptions(layout, pad_id, pad_to_multiple_of, seq_len)
-        with Dataset(self.path) as ds:
+        with Dataset(self.path, verify=verify) as ds:
             _check_text_dataset(ds, tokenizer)
+            if verify == "open":
+                ds.check_hashes()  # here, before workers fork: each shard is hashed once
             self.lengths = document_lengths(ds)
             self.token_dtype = ds.manifest.column("tokens").numpy_dtype
             self._manifest = manifest_fingerprint(ds.manifest)
@@ -111,7 +126,7 @@ class TokenLoader(LoaderBase):
         self._tokens_computed = 0
         self._plans: dict[int, _RankPlan] = {}
         self._producer = BatchProducer(
-            functools.partial(TokenBatchBuilder, str(self.path)), num_workers, prefetch,
+            functools.partial(TokenBatchBuilder, self.path, verify), num_workers, prefetch,
             self._max_batch_tokens() * self.token_dtype.itemsize, persistent)
 
     def _validate(self, prefetch: int) -> None:

@@ -1,24 +1,32 @@
-"""From a recording to figures and a verdict: input-, compute- or overhead-bound."""
+"""From a recording to figures and a verdict: input-, compute- or overhead-bound.
+
+Starvation is measured on the device where it was timed (its idle time for want of data over
+the steady state's device time) and from host-side waiting otherwise. The first step (worker
+start-up, lazy initialisation) is reported apart and counts in neither.
+"""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from datapipe.profiling.batch_report import EMPTY, INLINE, READY, BatchReport, read_report
+from datapipe.profiling.blame import critical_path, top_stage, worker_parallelism
 from datapipe.profiling.recorder import Recording, StepRecord
 from datapipe.profiling.settings import ProfileSettings
+from datapipe.profiling.verdict import oracle_agreement, verdict
 
-ADVICE = {
-    "decode": "decode on the GPU (decode='dali', device='cuda'), store raw pixels "
-              "(--encoding raw) or a smaller --short-side, or add workers",
-    "read": "put shards on local disk or in the page cache, or add workers",
-    "collate": "use fewer extra columns, or larger batches",
-    "transform": "run batch transforms on the GPU (device='cuda')",
-    "transfer": "keep pinned memory and non-blocking copies (device='cuda' does both)",
-    "loader": "add workers or raise prefetch",
-}
+
+@dataclass
+class _Measure:
+    """Per-step waits and step times, from the device where it was timed, else the host."""
+
+    source: str  # "device" or "host"
+    steps: list[StepRecord]
+    waits: list[float]
+    seconds: list[float]
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -29,132 +37,145 @@ def _stats(values: list[float]) -> dict[str, float]:
             "max": float(a.max()), "mean": float(a.mean())}
 
 
+def _fraction(waits: list[float], seconds: list[float]) -> float:
+    total = sum(seconds)
+    return sum(waits) / total if total > 0 else 0.0
+
+
 def _duration(r: StepRecord) -> float:
     return (r.end - r.start) if r.end is not None else 0.0
 
 
-def _stage_totals(steps: list[StepRecord]) -> tuple[dict[str, float], dict[str, float]]:
-    """Seconds per stage summed over batches: worker-side and main-process-side."""
-    worker: dict[str, float] = defaultdict(float)
-    main: dict[str, float] = defaultdict(float)
-    for r in steps:
-        if not r.loader:
-            continue
-        for stage, seconds in ((r.loader.get("worker") or {}).get("stages") or {}).items():
-            worker[stage] += seconds
-        for stage, seconds in (r.loader.get("main") or {}).items():
-            main[stage] += seconds
-    return dict(worker), dict(main)
-
-
-def _queue(steps: list[StepRecord]) -> dict[str, Any] | None:
-    depths = [r.loader["queue"]["ready"] for r in steps if r.loader and r.loader.get("queue")
-              and r.loader["queue"]["capacity"]]
-    if not depths:
-        return None
-    capacity = max(r.loader["queue"]["capacity"] for r in steps if r.loader and
-                   r.loader.get("queue"))
-    return {"mean_ready": float(np.mean(depths)), "capacity": capacity,
-            "empty_fraction": float(np.mean([d == 0 for d in depths])),
-            "full_fraction": float(np.mean([d >= capacity for d in depths]))}
-
-
-def _slowest_stage(worker: dict[str, float], main: dict[str, float]) -> tuple[str, float] | None:
-    combined = dict(worker)
-    for stage, seconds in main.items():
-        combined[stage] = combined.get(stage, 0.0) + seconds
-    total = sum(combined.values())
-    if not total:
-        return None
-    stage = max(combined, key=combined.get)
-    return stage, combined[stage] / total
-
-
-def _probe(steps: list[StepRecord], kind: str) -> float | None:
-    durations = [_duration(r) for r in steps if r.kind == kind]
-    return float(np.median(durations[1:] or durations)) if durations else None
+def _measure(steps: list[StepRecord], rec: Recording) -> _Measure:
+    timed = [r for r in steps if r.device is not None]
+    if rec.device_clock and timed:
+        return _Measure("device", timed, [r.device.wait for r in timed],
+                        [r.device.seconds for r in timed])
+    return _Measure("host", steps, [r.wait for r in steps], [_duration(r) for r in steps])
 
 
 def analyse(rec: Recording, settings: ProfileSettings) -> dict[str, Any]:
     normal = [r for r in rec.steps if r.kind == "normal" and r.end is not None]
     first, steady = (normal[0], normal[1:]) if normal else (None, [])
-    waits = [r.wait for r in steady]
-    durations = [_duration(r) for r in steady]
-    fractions = [w / d for w, d in zip(waits, durations, strict=True) if d > 0]
-    exposed = sum(waits) / sum(durations) if sum(durations) else 0.0
-    worker, main = _stage_totals(normal)
+    reports = [read_report(r.loader) for r in rec.steps]  # by step index
+    m = _measure(steady, rec)
+    exposed = _fraction(m.waits, m.seconds)
+    path = critical_path([reports[r.index] for r in m.steps], [r.wait for r in m.steps],
+                         m.waits)
+    host_waits, host_seconds = [r.wait for r in steady], [_duration(r) for r in steady]
+    on_device = m.source == "device"
     result: dict[str, Any] = {
-        "source": rec.source, "steps": len(normal), "notes": list(rec.notes),
-        "step_seconds": _stats(durations), "wait_seconds": _stats(waits),
-        "exposed_input_fraction": exposed, "exposed_input_fraction_per_step": _stats(fractions),
-        "first_step": {"wait": first.wait, "seconds": _duration(first)} if first else None,
+        "source": rec.source, "steps": len(normal), "measured_steps": len(m.steps),
+        "notes": list(rec.notes), "incomplete": rec.incomplete,
+        "timing": m.source, "device_clock": rec.device_clock,
+        "step_seconds": _stats(host_seconds), "wait_seconds": _stats(host_waits),
+        "exposed_input_fraction": exposed,
+        "exposed_input_fraction_per_step": _stats(
+            [w / s for w, s in zip(m.waits, m.seconds, strict=True) if s > 0]),
+        "host_exposed_input_fraction": _fraction(host_waits, host_seconds),
+        "device_wait_seconds": _stats(m.waits) if on_device else None,
+        "device_step_seconds": _stats(m.seconds) if on_device else None,
+        "first_step": _first_step(first),
         "worker_startup_seconds": (first.start + first.wait - rec.loader_started)
         if first and rec.loader_started else None,
-        "stages": {"worker_seconds": worker, "main_seconds": main},
-        "slowest_stage": None, "queue": _queue(normal),
-        "device_step_seconds": _stats([r.device_seconds for r in steady
-                                       if r.device_seconds is not None]) if any(
-            r.device_seconds is not None for r in steady) else None,
+        "stages": _stage_summary([reports[r.index] for r in normal]),
+        "critical_path": path, "blame": top_stage(path),
+        "queue": _queue([reports[r.index] for r in normal]),
         "gpu_utilization": _stats(rec.gpu_utilization) if rec.gpu_utilization else None,
-        "timeline": [{"step": r.index, "kind": r.kind, "start": r.start - rec.started,
-                      "wait": r.wait, "seconds": _duration(r),
-                      "queue": (r.loader or {}).get("queue", {}).get("ready")} for r in rec.steps],
-        "workers": _worker_spans(rec),
+        "timeline": _timeline(rec, reports, first), "workers": _worker_spans(rec, reports),
     }
-    slowest = _slowest_stage(worker, main)
-    if slowest:
-        result["slowest_stage"] = {"stage": slowest[0], "share": slowest[1]}
-    result["probes"] = _probes(rec.steps, durations)
+    result["probes"] = _probes(rec.steps, m, exposed, settings)
     result["verdict"] = verdict(result, settings)
     return result
 
 
-def _worker_spans(rec: Recording) -> list[dict[str, Any]]:
-    spans = []
+def _first_step(first: StepRecord | None) -> dict[str, Any] | None:
+    if first is None:
+        return None
+    device = first.device
+    return {"wait": first.wait, "seconds": _duration(first),
+            "device_seconds": device.seconds if device else None}
+
+
+def _stage_summary(reports: list[BatchReport]) -> dict[str, Any]:
+    """Seconds per stage summed over batches, worker-side and main-process-side, and the
+    worker side in wall time (divided by how many workers ran at once)."""
+    worker: dict[str, float] = {}
+    main: dict[str, float] = {}
+    for report in reports:
+        for stage, seconds in report.worker.items():
+            worker[stage] = worker.get(stage, 0.0) + seconds
+        for stage, seconds in report.main.items():
+            main[stage] = main.get(stage, 0.0) + seconds
+    spans = [(r.span[1], r.span[2]) for r in reports if r.span and r.kind != INLINE]
+    parallel = worker_parallelism(spans) if spans else 1.0
+    inline = bool(worker) and all(r.kind != READY and r.kind != EMPTY for r in reports)
+    return {"worker_seconds": worker, "main_seconds": main, "worker_parallelism": parallel,
+            "worker_wall_seconds": {k: v / parallel for k, v in worker.items()},
+            "built_in_training_process": inline}
+
+
+def _queue(reports: list[BatchReport]) -> dict[str, Any] | None:
+    """Prefetch queue depth at the requests, where the loader reported one (workers)."""
+    queued = [r for r in reports if r.kind in (READY, EMPTY)]
+    if not queued:
+        return None
+    capacity = max(r.capacity for r in queued)
+    depths = [r.ready for r in queued]
+    return {"mean_ready": float(np.mean(depths)), "capacity": capacity,
+            "empty_fraction": float(np.mean([d == 0 for d in depths])),
+            "full_fraction": float(np.mean([d >= capacity for d in depths]))}
+
+
+def _timeline(rec: Recording, reports: list[BatchReport],
+              first: StepRecord | None) -> list[dict[str, Any]]:
+    out = []
     for r in rec.steps:
-        timing = (r.loader or {}).get("worker")
-        if timing:
-            spans.append({"batch": r.loader["batch"], "pid": timing["pid"],
-                          "start": timing["start"] - rec.started,
-                          "end": timing["end"] - rec.started, "stages": timing["stages"]})
+        device = None
+        if r.device is not None and rec.device_origin is not None:
+            device = {"start": rec.device_origin - rec.started + r.device.request,
+                      "wait": r.device.wait, "seconds": r.device.seconds}
+        report = reports[r.index]
+        out.append({"step": r.index, "kind": r.kind, "start": r.start - rec.started,
+                    "wait": r.wait, "seconds": _duration(r),
+                    "queue": report.ready if report.kind in (READY, EMPTY) else None,
+                    "first": r is first, "device": device})
+    return out
+
+
+def _worker_spans(rec: Recording, reports: list[BatchReport]) -> list[dict[str, Any]]:
+    spans = []
+    for report in reports:
+        if report.span is not None:
+            pid, start, end = report.span
+            spans.append({"batch": report.batch, "pid": pid, "start": start - rec.started,
+                          "end": end - rec.started, "stages": report.worker})
     return spans
 
 
-def _probes(steps: list[StepRecord], durations: list[float]) -> dict[str, Any]:
-    oracle, scaled = _probe(steps, "oracle"), _probe(steps, "scaled")
-    measured = float(np.median(durations)) if durations else None
+def _probe_cycles(steps: list[StepRecord], kind: str, on_device: bool) -> float | None:
+    if on_device:
+        cycles = [r.device.seconds for r in steps if r.kind == kind and r.device is not None]
+    else:
+        cycles = [_duration(r) for r in steps if r.kind == kind and r.end is not None]
+    return float(np.median(cycles[1:] or cycles)) if cycles else None
+
+
+def _probes(steps: list[StepRecord], m: _Measure, exposed: float,
+            settings: ProfileSettings) -> dict[str, Any]:
+    """Oracle (cached batch) and scaling-test step times, from the same source as the steady
+    steps, and what the oracle says of the measured starvation."""
+    on_device = m.source == "device"
+    oracle, scaled = _probe_cycles(steps, "oracle", on_device), \
+        _probe_cycles(steps, "scaled", on_device)
     out: dict[str, Any] = {}
-    if oracle:
+    if oracle and sum(m.seconds) > 0:
+        # The mean step, as the starvation figure (summed waits over summed steps) uses.
+        mean = float(np.mean(m.seconds))
         out["oracle_step_seconds"] = oracle
-        out["speedup_with_perfect_input"] = measured / oracle if measured else None
+        out["speedup_with_perfect_input"] = mean / oracle
+        out["oracle"] = oracle_agreement(1 - oracle / mean, exposed, settings)
     if oracle and scaled:
         out["scaled_step_seconds"] = scaled
         out["growth_at_2x_batch"] = scaled / oracle
     return out
-
-
-def verdict(result: dict[str, Any], settings: ProfileSettings) -> dict[str, Any]:
-    exposed = result["exposed_input_fraction"]
-    stage = result["slowest_stage"]
-    if exposed >= settings.moderately_input_bound:
-        severity = "highly" if exposed >= settings.highly_input_bound else "moderately"
-        name = stage["stage"] if stage else "loader"
-        queue = result["queue"]
-        why = (f"; the prefetch queue was empty at {queue['empty_fraction']:.0%} of requests, "
-               "so the workers cannot keep up") if queue and queue["empty_fraction"] > 0.5 else ""
-        blame = f"slowest stage: {name} ({stage['share']:.0%} of loader time)" if stage else \
-            "no stage times for this iterable"
-        return {"regime": "input-bound", "severity": severity, "stage": name,
-                "text": f"{severity} input-bound: {exposed:.0%} of step time is spent waiting for "
-                        f"data; {blame}{why}. Try: {ADVICE.get(name, ADVICE['loader'])}."}
-    growth = result["probes"].get("growth_at_2x_batch")
-    if growth is not None and growth < settings.overhead_growth:
-        return {"regime": "overhead-bound", "severity": None, "stage": None,
-                "text": f"overhead-bound: twice the batch took only {growth:.2f}x the step time, "
-                        "so per-step overhead (Python, kernel launches) dominates. Try larger "
-                        "batches, torch.compile or CUDA graphs."}
-    tail = f" (2x batch took {growth:.2f}x the time)" if growth is not None else \
-        " (run the scaling test to rule out per-step overhead)"
-    return {"regime": "compute-bound", "severity": None, "stage": None,
-            "text": f"compute-bound: only {exposed:.1%} of step time waits for data{tail}. "
-                    "The input pipeline is not what limits this run."}

@@ -20,6 +20,7 @@ class ProfileSettings:
     warmup_steps: int = 3           # normal steps before the probes run
     probe_steps: int = 5            # steps per probe
     overhead_growth: float = 1.5    # step time growing less than this at 2x work = overhead
+    oracle_tolerance: float = 0.03  # the oracle agrees within 3 points (or 20% of the figure)
 
     def __post_init__(self) -> None:
         if not 0 <= self.moderately_input_bound <= self.highly_input_bound <= 1:
@@ -29,3 +30,5 @@ class ProfileSettings:
             raise ArgumentError("warmup_steps and probe_steps must be >= 1")
         if not 1 < self.overhead_growth <= 2:
             raise ArgumentError(f"overhead_growth must be in (1, 2], got {self.overhead_growth}")
+        if not 0 <= self.oracle_tolerance <= 1:
+            raise ArgumentError(f"oracle_tolerance must be in [0, 1], got {self.oracle_tolerance}")

@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 import datapipe.image.cpu_decode as cpu_decode
+from datapipe.errors import DataError
 from tests.imagegen import jpeg_bytes, noise_image
 
 jpeg = pytest.importorskip("datapipe.image._jpeg")
@@ -105,3 +106,20 @@ def test_truncated_jpeg_is_an_error_not_grey_pixels() -> None:
     data = jpeg_bytes(noise_image(96, 96, 4))
     with pytest.raises(ValueError, match="libjpeg"):
         jpeg.decode_region(data[: len(data) // 2], 0, 0, 96, 96, 1)
+
+
+def test_a_stored_size_that_is_not_the_jpegs_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The crop is planned from the shard's height and width: if they are not the JPEG's, the
+    C path refuses before decoding and either path names the two sizes."""
+    data = jpeg_bytes(noise_image(64, 48, 6))
+    out = np.zeros((16, 16, 3), np.uint8)
+    jpeg.crop_into(data, (0, 0, 64, 48), 1, (0.0, 0.0, 64.0, 48.0), False, out, size=(64, 48))
+    with pytest.raises(ValueError, match="the JPEG is 64x48 pixels, not 64x304"):
+        jpeg.crop_into(data, (0, 0, 64, 48), 1, (0.0, 0.0, 64.0, 48.0), False, out,
+                       size=(64, 304))
+    for crop_into in (jpeg.crop_into, None):
+        monkeypatch.setattr(cpu_decode, "crop_into", crop_into)
+        with pytest.raises(DataError, match="is 64x48 pixels, but the shard's width and height "
+                                            "say 64x304"):
+            cpu_decode.decode_into(data, "jpeg", 304, 64, np.array([0, 200, 64, 48]), False,
+                                   out)

@@ -136,6 +136,9 @@ def test_msgpack_and_arrow_hold_the_same_samples(cli, image_folder: Path, tmp_pa
     (["convert", "images", "{src}", "{tmp}/out", "--shard-size", "lots"], "--shard-size"),
     (["convert", "images", "{src}", "{tmp}/out", "--encoding", "webp"], "--encoding"),
     (["convert", "images", "{src}"], "OUT"),
+    (["convert", "images", "{src}", "{src}/class_0/img_000.jpg/out"], "Not a directory"),
+    (["convert", "images", "{src}", "{tmp}/" + "x" * 300], "File name too long"),
+    (["convert", "images", "{tmp}/" + "x" * 300, "{tmp}/out"], "File name too long"),
 ])
 def test_bad_arguments_give_one_line_and_nonzero_exit(cli, image_folder: Path, tmp_path: Path,
                                                       args: list[str], message: str) -> None:
@@ -160,3 +163,4 @@ def test_out_not_empty_needs_overwrite(cli, image_folder: Path, tmp_path: Path) 
     result = cli("convert", "images", image_folder, foreign, "--overwrite")
     assert result.code == 2 and "thesis.tex" in result.err
     assert (foreign / "thesis.tex").read_text() == "keep me"
+    assert [p.name for p in foreign.iterdir()] == ["thesis.tex"]  # and no lock left behind

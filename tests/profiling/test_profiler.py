@@ -104,7 +104,8 @@ def test_plain_torch_dataloader_input_bound_and_compute_bound() -> None:
     assert result["verdict"]["regime"] == "input-bound"
     assert any("stage times need a datapipe loader" in n for n in result["notes"])
     fast = torch.utils.data.DataLoader(SlowDataset(0.0), batch_size=4)
-    fast_result = _run(fast, lambda b: _busy(0.01), moderately_input_bound=0.15)
+    # 30 ms steps, as in the Loader case: a loaded machine can stall a fetch for a millisecond.
+    fast_result = _run(fast, lambda b: _busy(0.03), moderately_input_bound=0.15)
     assert fast_result["verdict"]["regime"] == "compute-bound"
 
 
@@ -178,3 +179,23 @@ def test_token_loader_is_profiled_too(tmp_path: Path) -> None:
     with dp.TokenLoader(tmp_path / "t", max_tokens=256, num_workers=1) as loader:
         result = _run(loader, lambda b: _busy(0.002))
     assert "read" in result["stages"]["worker_seconds"]
+
+
+def test_the_profiler_keeps_no_batch_alive() -> None:
+    # Batches may hold a shared-memory slot or GPU memory: only the probes need one, once.
+    import gc
+    import weakref
+
+    def batches():
+        for _ in range(8):
+            yield torch.zeros(4)
+
+    for probes in ({}, {"oracle": True}):
+        with dp.profile(**probes) as prof:
+            for batch in prof.wrap(batches()):
+                last = weakref.ref(batch)
+                prof.step()
+        del batch
+        gc.collect()
+        assert last() is None, probes
+        assert prof.results()["steps"] == 8

@@ -1,0 +1,118 @@
+"""Downloads the shards the next batches will read, ahead of the processes that read them.
+
+A loader over a remote dataset starts one prefetch process. The epoch plan says which samples,
+so which shards, each batch reads; the loader publishes only where it is (epoch, next batch)
+in shared memory, two integer stores per batch, so the training thread pays nothing for it.
+The prefetcher walks the plan from there and downloads, a few at a time, the shards that are
+not cached yet, in the order they will be needed, until the upcoming shards fill half the
+cache (the other half is for the shards in use). Workers fetch whatever it has not reached
+yet themselves; the cache's per-shard lock makes sure no shard is downloaded twice.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from datapipe.format.manifest import Manifest
+
+_POLL_SECONDS = 0.05
+_PARALLEL_DOWNLOADS = 4
+
+
+class ShardPrefetcher:
+    """The prefetch process of one loader; `advance(epoch, batch)` says what comes next."""
+
+    def __init__(self, location: Any, plan_for: Callable[[int], Any]) -> None:
+        context = mp.get_context("fork")  # inherits the plan function: nothing to pickle
+        self._progress = context.RawArray("q", [-1, 0])  # epoch, next batch
+        self._stop = context.Event()
+        self._process = context.Process(
+            target=_run, args=(location, plan_for, self._progress, self._stop, os.getpid()),
+            daemon=True, name="datapipe-prefetch")
+        self._process.start()
+
+    def advance(self, epoch: int, batch: int) -> None:
+        self._progress[1] = batch
+        self._progress[0] = epoch
+
+    def close(self) -> None:
+        if self._process is None:
+            return
+        self._stop.set()
+        self._process.join(timeout=2)
+        if self._process.is_alive():
+            self._process.terminate()  # a download in progress leaves only a part file
+            self._process.join(timeout=2)
+        self._process = None
+
+
+def shards_by_batch(plan: Any, shard_starts: np.ndarray) -> list[np.ndarray]:
+    """The shards each batch of `plan` reads, in order of first use within the batch."""
+    out = []
+    for b in range(len(plan)):
+        indices = plan.batch(b)[0]
+        shards = np.searchsorted(shard_starts, indices, side="right") - 1
+        out.append(np.unique(shards))
+    return out
+
+
+def upcoming_shards(by_batch: list[np.ndarray], batch: int, sizes: np.ndarray,
+                    budget: int) -> list[int]:
+    """Shards read from `batch` on, in order of first need, while they fit `budget` bytes
+    (always at least one)."""
+    chosen: dict[int, None] = {}
+    total = 0
+    for shards in by_batch[batch:]:
+        for k in shards.tolist():
+            if k in chosen:
+                continue
+            if chosen and total + sizes[k] > budget:
+                return list(chosen)
+            chosen[k] = None
+            total += int(sizes[k])
+    return list(chosen)
+
+
+def _run(location: Any, plan_for: Callable[[int], Any], progress: Any, stop: Any,
+         parent: int) -> None:
+    from datapipe.format.sources import RemoteShards
+
+    source = RemoteShards(location)
+    manifest: Manifest = source.load_manifest()
+    sizes = np.array([s.bytes for s in manifest.shards], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum([s.rows for s in manifest.shards])])
+    budget = source.cache.settings.limit // 2
+    epoch_seen, by_batch = None, []
+    failed: set[int] = set()  # not tried again: the reader reports it when it gets there
+    with ThreadPoolExecutor(_PARALLEL_DOWNLOADS) as pool:
+        while not stop.is_set() and os.getppid() == parent:
+            epoch, batch = int(progress[0]), int(progress[1])
+            if epoch < 0:
+                time.sleep(_POLL_SECONDS)
+                continue
+            if epoch != epoch_seen:
+                by_batch, epoch_seen = shards_by_batch(plan_for(epoch), starts), epoch
+            missing = [k for k in upcoming_shards(by_batch, batch, sizes, budget)
+                       if k not in failed and not source.is_cached(manifest.shards[k])]
+            if not missing:
+                time.sleep(_POLL_SECONDS)
+                continue
+            for k, ok in zip(missing, pool.map(lambda k: _fetch(source, manifest, k),
+                                               missing[:_PARALLEL_DOWNLOADS]), strict=False):
+                if not ok:
+                    failed.add(k)
+
+
+def _fetch(source: Any, manifest: Manifest, k: int) -> bool:
+    try:
+        source.open(manifest.shards[k], "cheap").release()
+    except Exception:  # the reader reports it, with its own message, when it needs the shard
+        return False
+    return True

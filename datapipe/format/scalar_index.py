@@ -1,0 +1,173 @@
+"""The scalar columns (labels, sizes, lengths) of a remote dataset, without its payloads.
+
+Loaders need every sample's label, size or length before the first batch; downloading every
+shard for that would fill the cache with a whole epoch before training starts. Both formats
+keep scalars apart from payloads (Arrow buffers per column, the msgpack footer), so they are
+read with range requests: tens of KB per shard. The result is kept once per node in the cache's
+index folder, named by the manifest's hash, so workers and later runs read one small file.
+The values get the same checks as a shard's scalars when it is opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pyarrow as pa
+
+from datapipe.errors import DataError
+from datapipe.format.cache import exclusive_lock
+from datapipe.format.integrity import check_shard_values
+from datapipe.format.manifest import Manifest, ShardInfo
+from datapipe.format.msgpack_shard import _TAIL, MAGIC
+from datapipe.format.schema import Column
+from datapipe.format.shard_reader import ShardReader
+
+_PARALLEL_READS = 16  # range requests are latency-bound: overlap them
+
+
+def remote_scalar(source: Any, manifest: Manifest, name: str) -> np.ndarray:
+    """Column `name` over the whole dataset (`source` is a RemoteShards)."""
+    column = manifest.column(name)
+    if not column.is_scalar:
+        raise DataError(f"{source.location}: column {name!r} is {column.type}, not a scalar")
+    columns = getattr(source, "_scalar_index", None)
+    if columns is None:
+        columns = source._scalar_index = _load_or_build(source, manifest)
+    return columns[name]
+
+
+def _load_or_build(source: Any, manifest: Manifest) -> dict[str, np.ndarray]:
+    directory: Path = source.side_directory
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = f"scalars-{source.manifest_digest().split(':')[1]}"
+    path = directory / f"{stem}.npz"
+    names = [c.name for c in manifest.columns if c.is_scalar]
+    columns = _load_intact(path, names, manifest.num_samples)
+    if columns is not None:
+        return columns
+    with exclusive_lock(directory / f"{stem}.lock"):  # one process per node reads them
+        columns = _load_intact(path, names, manifest.num_samples)
+        if columns is None:
+            columns = _read_all(source, manifest, names)
+            _save(path, columns)
+    return columns
+
+
+def _load_intact(path: Path, names: list[str], count: int) -> dict[str, np.ndarray] | None:
+    try:
+        with np.load(path) as saved:
+            columns = {name: saved[name] for name in names}
+    except (OSError, ValueError, KeyError, EOFError):
+        return None
+    return columns if all(len(v) == count for v in columns.values()) else None
+
+
+def _save(path: Path, columns: dict[str, np.ndarray]) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **columns)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:  # best effort: without the file, the next process reads them again
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def _read_all(source: Any, manifest: Manifest, names: list[str]) -> dict[str, np.ndarray]:
+    starts = np.concatenate([[0], np.cumsum([s.rows for s in manifest.shards])])
+    with ThreadPoolExecutor(_PARALLEL_READS) as pool:
+        parts = list(pool.map(lambda k: _shard_scalars(source, manifest, k, int(starts[k]),
+                                                       names), range(len(manifest.shards))))
+    return {name: np.concatenate([p[name] for p in parts]) if parts else
+            np.empty(0, dtype=manifest.column(name).numpy_dtype) for name in names}
+
+
+def _shard_scalars(source: Any, manifest: Manifest, k: int, first_sample: int,
+                   names: list[str]) -> dict[str, np.ndarray]:
+    info: ShardInfo = manifest.shards[k]
+    where = source.where(info.name)
+    dataset = str(source.location)
+    file = source.store.open_random_access(info.name)
+    try:
+        size = file.size()
+        if size != info.bytes:
+            raise DataError(f"{where}: size {size} bytes, manifest says {info.bytes}; the "
+                            f"shard is corrupt or was replaced (run `datapipe verify {dataset}`)")
+        read = _arrow_scalars if manifest.shard_format == "arrow" else _msgpack_scalars
+        try:
+            columns = read(file, size, manifest.columns, names)
+        except (pa.ArrowInvalid, OSError, ValueError, KeyError, TypeError,
+                msgpack.UnpackException) as exc:
+            raise DataError(f"{where}: damaged shard index ({exc}) (a corrupt shard? run "
+                            f"`datapipe verify {dataset}`)") from None
+    finally:
+        file.close()
+    for name, values in columns.items():
+        if len(values) != info.rows:
+            raise DataError(f"{where}: column {name!r} holds {len(values)} rows, manifest says "
+                            f"{info.rows} (run `datapipe verify {dataset}`)")
+    check_shard_values(_Scalars(where, dataset, manifest.columns, columns, first_sample),
+                       manifest)
+    return columns
+
+
+def _arrow_scalars(file: Any, size: int, columns: tuple[Column, ...],
+                   names: list[str]) -> dict[str, np.ndarray]:
+    fields = [i for i, c in enumerate(columns) if c.name in names]  # storage order
+    options = pa.ipc.IpcReadOptions(included_fields=fields)
+    reader = pa.ipc.open_file(file, options=options)
+    batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    out = {}
+    for name in names:
+        dtype = next(c for c in columns if c.name == name).numpy_dtype
+        chunks = []
+        for batch in batches:
+            array = batch.column(name)  # KeyError: a shard without the column
+            chunks.append(np.frombuffer(array.buffers()[1], dtype=dtype,
+                                        count=len(array) + array.offset)[array.offset:])
+        out[name] = np.concatenate(chunks) if chunks else np.empty(0, dtype=dtype)
+    return out
+
+
+def _msgpack_scalars(file: Any, size: int, columns: tuple[Column, ...],
+                     names: list[str]) -> dict[str, np.ndarray]:
+    tail = _TAIL.size + len(MAGIC)
+    end = file.read_at(tail, size - tail).to_pybytes() if size >= tail else b""
+    if len(end) != tail or end[-len(MAGIC):] != MAGIC:
+        raise ValueError("bad magic")
+    (footer_len,) = _TAIL.unpack(end[:_TAIL.size])
+    if footer_len > size - tail - len(MAGIC):
+        raise ValueError("footer length past the start of the file")
+    footer = msgpack.unpackb(file.read_at(footer_len, size - tail - footer_len).to_pybytes(),
+                             raw=False)
+    return {name: np.frombuffer(footer["scalars"][name],
+                                dtype=next(c for c in columns if c.name == name).numpy_dtype)
+            for name in names}
+
+
+class _Scalars(ShardReader):
+    """A shard's scalar columns read apart from it: enough for the checks a shard's scalars
+    get when it is opened."""
+
+    def __init__(self, where: str, dataset: str, columns: tuple[Column, ...],
+                 scalars: dict[str, np.ndarray], first_sample: int) -> None:
+        super().__init__(Path(where.rsplit("/", 1)[-1]), columns, first_sample, where, dataset)
+        self._scalars = scalars
+        self.num_rows = len(next(iter(scalars.values()))) if scalars else 0
+
+    def scalar(self, name: str) -> np.ndarray:
+        return self._scalars[name]
+
+    def payload(self, name: str, row: int) -> np.ndarray:
+        raise DataError(f"{self.where}: payloads are not read here")
+
+    def value(self, name: str, row: int) -> Any:
+        raise DataError(f"{self.where}: values are not read here")
