@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import convert
 from tests.imagegen import make_image_folder
+from tests.s3server import upload_directory
 
 EXIT_TIMEOUT_S = 60  # a script that has not ended by then hangs
 GONE_WITHIN_S = 2.0  # workers must be gone this soon after their parent
@@ -26,18 +27,34 @@ import json, os, signal, sys, threading, time
 import datapipe as dp
 
 kind, data, pids_file, mode = sys.argv[1:5]
+
+def children():  # every process this one started: workers, a remote dataset's prefetcher
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+        except OSError:
+            continue
+        if entry.isdigit() and int(stat[stat.rindex(")") + 2:].split()[1]) == os.getpid():
+            found.append(int(entry))
+    return found
+
 if mode.startswith("handler"):
     # What Lightning (or a preemption hook) installs before the workers fork: log and go on.
     signal.signal(signal.SIGTERM, lambda signum, frame: print("SIGTERM noted", flush=True))
 if kind == "tokens":
     loader = dp.TokenLoader(data, max_tokens=128, num_workers=2)
+elif kind == "remote":
+    loader = dp.Loader(data, batch_size=4, num_workers=2,
+                       transform=dp.image.RandomResizedCrop(16))
 else:
     loader = dp.Loader(data, batch_size=4, num_workers=2, decode="dali" if kind == "dali"
                        else "cpu", transform=dp.image.RandomResizedCrop(16))
 
 def report():
     with open(pids_file + ".tmp", "w") as f:
-        json.dump({"pid": os.getpid(), "workers": loader.worker_pids}, f)
+        json.dump({"pid": os.getpid(), "workers": loader.worker_pids,
+                   "children": children()}, f)
     os.replace(pids_file + ".tmp", pids_file)
 
 if mode == "thread":  # the pool is forked by a thread that then ends
@@ -110,10 +127,10 @@ def kill_all(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def start(data: dict[str, Path], kind: str, mode: str, tmp_path: Path) -> tuple[
-        subprocess.Popen, Path]:
+def start(data: dict[str, Path], kind: str, mode: str, tmp_path: Path,
+          path: str | Path | None = None) -> tuple[subprocess.Popen, Path]:
     pids_file = tmp_path / "pids.json"
-    path = data["tokens"] if kind == "tokens" else data["images"]
+    path = path or (data["tokens"] if kind == "tokens" else data["images"])
     process = subprocess.Popen([sys.executable, str(data["script"]), kind, str(path),
                                 str(pids_file), mode], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -195,3 +212,25 @@ def test_a_forked_child_exiting_leaves_the_parents_workers_alone(
     code, out = finish(process)
     assert code == 0 and "epoch after the child's exit: 6" in out, out
     kill_all(json.loads(pids_file.read_text())["workers"])
+
+
+@pytest.mark.parametrize("end", ["returns", "killed"])
+def test_a_remote_datasets_prefetch_process_ends_with_the_script(
+        data: dict[str, Path], tmp_path: Path, s3_bucket: str, end: str) -> None:
+    """A loader over a URL starts a shard prefetcher besides its workers; it goes too."""
+    url = f"{s3_bucket}/ds"
+    upload_directory(data["images"], url)
+    process, pids_file = start(data, "remote", "handler" if end == "returns" else "forever",
+                               tmp_path, path=url)
+    if end == "returns":
+        code, out = finish(process)
+        assert code == 0, out
+        children = json.loads(pids_file.read_text())["children"]
+    else:
+        children = wait_for_pids(process, pids_file)["children"]
+        process.kill()
+        process.wait(EXIT_TIMEOUT_S)
+    left = survivors(children, GONE_WITHIN_S)
+    kill_all(left)
+    assert len(children) == 3, "two workers and the prefetcher"
+    assert not left, f"processes {left} outlived the script"
