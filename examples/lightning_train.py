@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     # Token batches per epoch vary with the shuffle; Lightning reads len() once unless told to
     # ask again every epoch (returning the same loader: its workers and position stay).
     reload = 1 if data.kind == "text" else 0
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=args.epochs,
+    trainer = L.Trainer(accelerator="auto", devices=1, max_epochs=args.epochs,
                         limit_train_batches=args.limit_train_batches, callbacks=callbacks,
                         reload_dataloaders_every_n_epochs=reload, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False,
