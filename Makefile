@@ -5,9 +5,9 @@ PY := $(VENV)/bin/python
 
 .PHONY: setup demo test lint bench clean
 
-setup: $(VENV)/.datapipe-setup-1
+setup: $(VENV)/.datapipe-setup-2
 
-$(VENV)/.datapipe-setup-1: pyproject.toml setup.py datapipe/image/_jpeg.c datapipe/image/resample.c datapipe/image/resample.h tools/setup.sh
+$(VENV)/.datapipe-setup-2: pyproject.toml setup.py datapipe/image/_jpeg.c datapipe/image/resample.c datapipe/image/resample.h tools/setup.sh
 	bash tools/setup.sh
 
 demo: setup

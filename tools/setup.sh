@@ -74,4 +74,4 @@ if command -v dpkg-query >/dev/null 2>&1; then
   fi
 fi
 "$VENV/bin/datapipe" doctor
-touch "$VENV/.datapipe-setup-1"
+touch "$VENV/.datapipe-setup-2"

@@ -1,27 +1,75 @@
-"""What every datapipe loader shares: epochs, resumable position, producer lifetime."""
+"""What every datapipe loader shares: epochs, resumable position, passes, producer lifetime."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import weakref
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
+from datapipe.errors import ArgumentError
+from datapipe.loader.distributed import check_group_unchanged
+from datapipe.loader.lifetime import close_at_exit
+from datapipe.loader.passes import PassGuard
 from datapipe.loader.progress_state import LoaderPosition, make_state, restore_position
 
 
+class EpochSampler:
+    """`loader.sampler`: where Lightning looks for `set_epoch` (`_set_sampler_epoch`); it
+    forwards to the loader. Holds the loader weakly, so no cycle delays the loader's close."""
+
+    def __init__(self, loader: LoaderBase) -> None:
+        self._loader = weakref.ref(loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        loader = self._loader()
+        if loader is not None:
+            loader.set_epoch(epoch)
+
+
 class LoaderBase:
-    """Subclasses set `self._producer` and implement `_identity()` and `_iterate()`."""
+    """Subclasses set `self._producer`, `self.rank`, `self.world_size` and implement
+    `_identity()`, `_plan(epoch)` and `_pass_batches()`, which begins with `_begin_epoch()`."""
 
     _producer: Any = None
     _prefetcher: Any = None  # downloads a remote dataset's next shards (format/prefetch.py)
+    # The DataLoader attributes frameworks read. Lightning calls `sampler.set_epoch` and, having
+    # found a sampler, reads `batch_sampler` too. No `dataset` attribute on purpose: Lightning
+    # would try to rebuild the loader around a new sampler (`_update_dataloader`).
+    batch_sampler = None
 
-    def __init__(self) -> None:
+    def __init__(self, path: str | Path | None = None,
+                 fields: Iterable[str] | None = None) -> None:
         self._position = LoaderPosition()
         # Whoever wants per-batch timings (the profiler) sets this; None costs nothing.
         self.observer: Any = None
         self._pending: dict[int, dict[str, Any]] = {}
+        self._passes = PassGuard(type(self).__name__ + (f"('{path}')" if path else ""))
+        self.sampler = EpochSampler(self)
+        self._fields_wanted = fields
+        self.fields: tuple[str, ...] | None = None
+        self._group_implicit = False  # rank and world size came from torch.distributed
+        # At exit, before multiprocessing joins its children: ends a pass left open (a DALI
+        # pipeline mid-epoch) and stops the workers, for scripts that never call close().
+        close_at_exit(self)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def _check_fields(self, available: Iterable[str]) -> None:
+        """Validate `fields` against the keys this loader's batches have."""
+        fields = self._fields_wanted
+        if fields is None:
+            return
+        if not isinstance(fields, tuple | list) or not fields or \
+                not all(isinstance(f, str) for f in fields):
+            raise ArgumentError(f"fields must be a tuple of batch keys such as ('image', "
+                                f"'label'), got {fields!r}")
+        unknown = [f for f in fields if f not in available]
+        if unknown:
+            raise ArgumentError(f"fields: no {', '.join(map(repr, unknown))} in this loader's "
+                                f"batches (they have {', '.join(available)})")
+        self.fields = tuple(fields)
+
+    def __iter__(self) -> Iterator[Any]:
         from datapipe.profiling.auto import auto_profiler
 
         profiler = auto_profiler()  # `datapipe profile -- python train.py` switches this on
@@ -29,7 +77,13 @@ class LoaderBase:
             return profiler.wrap(self)
         return self._iterate()
 
-    def _iterate(self) -> Iterator[dict[str, Any]]:
+    def _iterate(self) -> Iterator[Any]:
+        """One pass: each batch as a dict, or as the tuple `fields` names."""
+        fields = self.fields
+        for batch in self._passes.run(self._pass_batches):
+            yield batch if fields is None else tuple(batch[f] for f in fields)
+
+    def _pass_batches(self) -> Iterator[dict[str, Any]]:
         raise NotImplementedError
 
     def _record(self, b: int, meta: dict[str, Any], main: dict[str, float]) -> None:
@@ -46,12 +100,27 @@ class LoaderBase:
             self.observer.on_batch(record)
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch to iterate (as with DistributedSampler.set_epoch)."""
+        """Select the epoch the next pass iterates (as with DistributedSampler.set_epoch); a pass
+        in progress ends (its iterator raises if advanced)."""
+        self._passes.retire()
         self._position.set_epoch(epoch)
 
     @property
     def epoch(self) -> int:
         return self._position.epoch
+
+    def __len__(self) -> int:
+        """Batches in the pass under way, or else in the pass the next `iter()` begins (a pass
+        whose last batch is out counts as over: Lightning never asks past `len()`)."""
+        under_way = self._passes.active and not self._position.epoch_finished
+        epoch = self._position.epoch if under_way else self._position.next_pass()[0]
+        return len(self._plan(epoch))
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the running workers (none before the first batch, nor without
+        workers): for monitoring them, or checking that none outlived a run."""
+        return list(getattr(self._producer, "worker_pids", []))
 
     def _identity(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -69,11 +138,16 @@ class LoaderBase:
         return make_state(self._position, self._identity())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._position = restore_position(state, self._identity())
+        """Restore a position: the next pass continues it (a pass in progress ends)."""
+        position = restore_position(state, self._identity(), lambda e: len(self._plan(e)))
+        self._passes.retire()
+        self._position = position
 
     def _begin_epoch(self) -> tuple[int, int]:
-        """(epoch, first batch) of the iteration that is starting."""
-        start = self._position.begin_iteration()
+        """(epoch, first batch) of the pass that is starting."""
+        if self._group_implicit:
+            check_group_unchanged(type(self).__name__, self.rank, self.world_size)
+        start = self._position.begin_pass()
         self._prefetch_from(self._position.epoch, start)
         return self._position.epoch, start
 
@@ -104,6 +178,9 @@ class LoaderBase:
             self._position.epoch_finished = True
 
     def close(self) -> None:
+        """Stop the workers and free their buffers (also done at exit if nobody calls it)."""
+        with contextlib.suppress(ArgumentError):  # another thread is fetching: its problem
+            self._passes.retire()
         if self._producer is not None:
             self._producer.close()
         if self._prefetcher is not None:

@@ -77,8 +77,11 @@ class BatchProducer:
                 meta, slot = pool.result(current.generation, b)
                 self._in_flight -= 1
                 meta["queue"] = {"ready": ready, "capacity": pool.capacity}
+                if b == len(plan) - 1:
+                    # Now, not after the loop: a caller that knows len() (Lightning) never
+                    # asks past the last batch, and the next epoch's work would be dropped.
+                    self._carry = following
                 yield meta, slot
-            self._carry = following
         finally:
             if not self.persistent:
                 self.close()
@@ -127,6 +130,10 @@ class BatchProducer:
         self._pool = WorkerPool(self.make_builder, self.num_workers, self.prefetch,
                                 self.slot_nbytes)
         return self._pool
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return self._pool.pids if self._pool is not None else []
 
     def close(self) -> None:
         if self._pool is not None:

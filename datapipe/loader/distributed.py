@@ -17,3 +17,17 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     if world_size < 1 or not 0 <= rank < world_size:
         raise ArgumentError(f"rank {rank} / world_size {world_size}: need 0 <= rank < world_size")
     return rank, world_size
+
+
+def check_group_unchanged(owner: str, rank: int, world_size: int) -> None:
+    """A loader that took rank and world size from torch.distributed must still match it: one
+    made before the process group existed would have every rank read the whole dataset."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        now = dist.get_rank(), dist.get_world_size()
+        if now != (rank, world_size):
+            raise ArgumentError(
+                f"{owner} was made as rank {rank} of {world_size}, but torch.distributed now "
+                f"says rank {now[0]} of {now[1]}: make the loader after init_process_group "
+                "(or Accelerator()), or pass rank and world_size")

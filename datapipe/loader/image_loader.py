@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
-from datapipe.loader.progress_state import check_counter
+from datapipe.loader.progress_state import check_counter, manifest_fingerprint
 from datapipe.sampling.order import EpochPlan
 from datapipe.system import available_cores
 
@@ -37,7 +37,8 @@ class Loader(LoaderBase):
     Each batch is a dict: ``image`` (uint8, shape N x C x H x W in channels-last memory, or
     normalised floats with ``Normalize``), ``label`` and ``index`` (int64: global sample ids),
     ``is_padding`` (bool: samples repeated so every rank runs the same number of steps), plus
-    the dataset's extra columns.
+    the dataset's extra columns. ``fields=("image", "label")`` yields that tuple instead of the
+    dict, for loops written for DataLoader (``for images, target in loader``).
 
     ``rank``/``world_size`` default to torch.distributed's. Each rank gets ceil(N / world_size)
     samples, the shortfall repeated and flagged ``is_padding``; ``drop_last`` then drops the
@@ -65,13 +66,13 @@ class Loader(LoaderBase):
                  world_size: int | None = None, prefetch: int = 2, on_error: str = "raise",
                  extra_columns: tuple[str, ...] | None = None, verify: str = "cheap",
                  cache_dir: str | Path | None = None, cache_size: int | str | None = None,
-                 ) -> None:
+                 fields: Iterable[str] | None = None) -> None:
         if batch_size < 1:
             raise ArgumentError(f"batch_size must be >= 1, got {batch_size}")
         if decode not in DECODERS:
             raise ArgumentError(f"decode must be one of {DECODERS}, got {decode!r}")
         verify = check_verify_mode(verify)
-        super().__init__()
+        super().__init__(path, fields)
         if prefetch < 1:
             raise ArgumentError(f"prefetch must be >= 1, got {prefetch}")
         self.path = resolve_location(path, cache_dir, cache_size)
@@ -82,6 +83,7 @@ class Loader(LoaderBase):
         if self.num_workers < 0:
             raise ArgumentError(f"num_workers must be >= 0, got {num_workers}")
         self.rank, self.world_size = resolve_rank(rank, world_size)
+        self._group_implicit = rank is None and world_size is None
         self.device = resolve_device(device)
         self.decode = decode
         self.pipeline = as_pipeline(transform)
@@ -92,6 +94,8 @@ class Loader(LoaderBase):
             self.num_samples = len(ds)
             out_size = self._output_size(ds, self.pipeline)
             extras = self._extra_columns(ds, extra_columns)
+            self._manifest = manifest_fingerprint(ds.manifest)
+        self._check_fields(("image", "label", "index", "is_padding", *extras))
         in_workers, batch_steps = (split_for_workers(self.pipeline.batch_steps, self.device)
                                    if decode == "cpu" else (None, self.pipeline.batch_steps))
         self.spec = ImageBatchSpec(self.path, self.pipeline, out_size, seed, on_error, extras,
@@ -140,15 +144,12 @@ class Loader(LoaderBase):
 
     # --- the DataLoader-like surface -----------------------------------------------------
 
-    def __len__(self) -> int:
-        return len(self._plan(self._position.epoch))
-
     def _plan(self, epoch: int) -> EpochPlan:
         return EpochPlan.build(self.num_samples, seed=self.seed, epoch=epoch,
                                shuffle=self.shuffle, rank=self.rank, world_size=self.world_size,
                                batch_size=self.batch_size, drop_last=self.drop_last)
 
-    def _iterate(self) -> Iterator[dict[str, Any]]:
+    def _pass_batches(self) -> Iterator[dict[str, Any]]:
         epoch, start = self._begin_epoch()
         plan = self._plan(epoch)
         if start == 0:
@@ -208,7 +209,8 @@ class Loader(LoaderBase):
     def _identity(self) -> dict[str, Any]:
         return {"num_samples": self.num_samples, "batch_size": self.batch_size,
                 "shuffle": self.shuffle, "seed": self.seed, "rank": self.rank,
-                "world_size": self.world_size, "drop_last": self.drop_last}
+                "world_size": self.world_size, "drop_last": self.drop_last,
+                "manifest": self._manifest}
 
     def close(self) -> None:
         feed = getattr(self, "_feed", None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import prefetch_to_device, resolve_device
 from datapipe.loader.distributed import resolve_rank
-from datapipe.loader.progress_state import check_counter
+from datapipe.loader.progress_state import check_counter, manifest_fingerprint
 from datapipe.loader.token_batches import TokenBatchBuilder
 from datapipe.sampling.order import epoch_permutation
 from datapipe.sampling.tokens import (
@@ -34,6 +34,16 @@ from datapipe.sampling.tokens import (
 )
 from datapipe.text.collate import CollateOptions, collate
 from datapipe.text.index import document_lengths
+
+# The keys of a batch, per layout (see datapipe.text.collate), for `fields`.
+BATCH_KEYS = {
+    "packed": ("input_ids", "labels", "position_ids", "cu_seqlens", "max_seqlen"),
+    "padded": ("input_ids", "labels", "attention_mask"),
+    "fixed": ("input_ids", "labels", "position_ids", "attention_mask", "cu_seqlens",
+              "max_seqlen"),
+}
+COMMON_KEYS = ("num_real_tokens", "efficiency", "index", "is_padding")
+_CACHED_PLANS = 2  # the epoch under way and the next one, which workers start on early
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,7 @@ class TokenLoader(LoaderBase):
     built by best-fit-decreasing packing, with `cu_seqlens`/`position_ids` per document.
     Every batch has `index` (document ids in order), `is_padding` (a repeated batch that
     evens out ranks), `num_real_tokens` and `efficiency` (real tokens / tokens computed).
+    `fields=("input_ids", "labels")` yields that tuple instead of the dict.
 
     verify="cheap" (the default) checks each shard's token offsets and lengths as it is opened
     and every batch's ids against the vocabulary size, in the workers; verify="open" also hashes
@@ -84,8 +95,8 @@ class TokenLoader(LoaderBase):
                  prefetch: int = 4, persistent: bool = True, bucket_batches: int = 64,
                  pack_window: int = 16384, verify: str = "cheap",
                  cache_dir: str | Path | None = None, cache_size: int | str | None = None,
-                 ) -> None:
-        super().__init__()
+                 fields: Iterable[str] | None = None) -> None:
+        super().__init__(path, fields)
         self.path = resolve_location(path, cache_dir, cache_size)
         verify = check_verify_mode(verify)
         seed = check_counter("seed", seed)
@@ -96,7 +107,9 @@ class TokenLoader(LoaderBase):
         self.pad_to_multiple_of, self.batch_multiple_of = pad_to_multiple_of, batch_multiple_of
         self.bucket_batches, self.pack_window = bucket_batches, pack_window
         self._validate(prefetch)
+        self._check_fields(BATCH_KEYS.get(layout, ()) + COMMON_KEYS)
         self.rank, self.world_size = resolve_rank(rank, world_size)
+        self._group_implicit = rank is None and world_size is None
         self.device = resolve_device(device)
         self.collate_options = CollateOptions(layout, pad_id, pad_to_multiple_of, seq_len)
         with Dataset(self.path, verify=verify) as ds:
@@ -105,11 +118,13 @@ class TokenLoader(LoaderBase):
                 ds.check_hashes()  # here, before workers fork: each shard is hashed once
             self.lengths = document_lengths(ds)
             self.token_dtype = ds.manifest.column("tokens").numpy_dtype
+            self._manifest = manifest_fingerprint(ds.manifest)
         self.num_documents = len(self.lengths)
         if layout == "padded" and max_tokens is not None:
             check_fits_padded(self.lengths, max_tokens, pad_to_multiple_of)  # fail early
         self._tokens_seen = 0
         self._tokens_computed = 0
+        self._plans: dict[int, _RankPlan] = {}
         self._producer = BatchProducer(
             functools.partial(TokenBatchBuilder, self.path, verify), num_workers, prefetch,
             self._max_batch_tokens() * self.token_dtype.itemsize, persistent)
@@ -155,6 +170,15 @@ class TokenLoader(LoaderBase):
     # --- plans ---------------------------------------------------------------------------
 
     def _plan(self, epoch: int) -> _RankPlan:
+        """Epoch `epoch`'s batches for this rank (kept: len() and the workers ask again)."""
+        plan = self._plans.get(epoch)
+        if plan is None:
+            while len(self._plans) >= _CACHED_PLANS:
+                del self._plans[next(iter(self._plans))]
+            plan = self._plans[epoch] = self._make_plan(epoch)
+        return plan
+
+    def _make_plan(self, epoch: int) -> _RankPlan:
         order = epoch_permutation(self.num_documents, self.seed, epoch, self.shuffle)
         rng = np.random.default_rng([self.seed, epoch, 0x70C])
         if self.layout == "packed":
@@ -170,12 +194,9 @@ class TokenLoader(LoaderBase):
         mine, is_pad = split_by_rank(plan, self.rank, self.world_size)
         return _RankPlan(mine, is_pad)
 
-    def __len__(self) -> int:
-        return len(self._plan(self._position.epoch))
-
     # --- iteration -----------------------------------------------------------------------
 
-    def _iterate(self) -> Iterator[dict[str, Any]]:
+    def _pass_batches(self) -> Iterator[dict[str, Any]]:
         epoch, start = self._begin_epoch()
         plan = self._plan(epoch)
         host = self._host_batches(plan, epoch, start)
@@ -214,7 +235,7 @@ class TokenLoader(LoaderBase):
                 "seq_len": self.seq_len, "shuffle": self.shuffle, "seed": self.seed,
                 "rank": self.rank, "world_size": self.world_size,
                 "pad_to_multiple_of": self.pad_to_multiple_of,
-                "batch_multiple_of": self.batch_multiple_of}
+                "batch_multiple_of": self.batch_multiple_of, "manifest": self._manifest}
 
 
 def _check_text_dataset(ds: Dataset, tokenizer: str | None) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from datapipe.errors import DataError, DatapipeError
+from datapipe.loader.lifetime import Lifeline, become_worker, close_at_exit, closed, signals_held
 from datapipe.loader.slots import SlotTable, WorkerSlots, send_slot
 
 _POLL_SECONDS = 0.5
@@ -56,7 +57,8 @@ class WorkerError(DatapipeError):
 
 def _worker_main(worker_id: int, make_builder: Callable[[], BatchBuilder],
                  inherited: dict[int, Any], channel: socket.socket | None, tasks: Any,
-                 results: Any) -> None:
+                 results: Any, lifeline: Lifeline) -> None:
+    become_worker(lifeline)
     slots = WorkerSlots(inherited, channel)
     builder = None
     while True:
@@ -84,12 +86,14 @@ def _fork_all(processes: list[Any]) -> None:
 
     Otherwise a child can collect a parent object whose finaliser waits on threads that do
     not exist after a fork (a DALI pipeline does exactly that) and hang before its first task.
+    Signals are held across the fork until the child has dropped the parent's handlers.
     """
     gc.collect()
     gc.freeze()
     try:
-        for p in processes:
-            p.start()
+        with signals_held():
+            for p in processes:
+                p.start()
     finally:
         gc.unfreeze()
 
@@ -113,12 +117,16 @@ class WorkerPool:
                  for _ in range(num_workers)]
         self._channels = [ours for ours, _ in pairs]
         self._known: list[set[int]] = [set() for _ in range(num_workers)]  # slots each has
+        lifeline = Lifeline.here()
+        self._owner_pid = lifeline.parent_pid
+        self._closed = False
         self._processes = [
             context.Process(target=_worker_main, daemon=True, name=f"datapipe-worker-{i}",
                             args=(i, make_builder, inherited, theirs, self._tasks[i],
-                                  self._results))
+                                  self._results, lifeline))
             for i, (_, theirs) in enumerate(pairs)]
         _fork_all(self._processes)
+        close_at_exit(self)
         for _, theirs in pairs:
             if theirs is not None:
                 theirs.close()
@@ -188,7 +196,21 @@ class WorkerPool:
                 raise WorkerError(f"worker {i} (pid {p.pid}) died with exit code {p.exitcode} "
                                   "(killed, out of memory, or crashed in native code)")
 
+    def forget_inherited(self) -> None:
+        """In a process forked from the owner: these workers are not this process's children."""
+        children = getattr(mp.process, "_children", set())
+        for p in self._processes:
+            children.discard(p)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._processes if p.pid is not None]
+
     def close(self) -> None:
+        if os.getpid() != self._owner_pid or self._closed:
+            return  # closed, or a copy in another forked process: not its workers to stop
+        self._closed = True
+        closed(self)
         for q, p in zip(self._tasks, self._processes, strict=True):
             if p.is_alive():
                 with contextlib.suppress(OSError, ValueError):
@@ -197,6 +219,9 @@ class WorkerPool:
             p.join(timeout=2)
             if p.is_alive():
                 p.terminate()
+                p.join(timeout=2)
+            if p.is_alive():
+                p.kill()
                 p.join(timeout=2)
         self._results.close()
         self._results.join_thread()

@@ -146,6 +146,18 @@ def _explicit_run(data: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+def _accelerate_run(data: dict[str, str]) -> dict[str, Any]:
+    """examples/accelerate_train.py's train() on this rank, as torchrun would start it (the
+    environment Accelerate reads); Accelerator adopts the group that is already up."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT="29500", OMP_NUM_THREADS="1")
+    from examples.accelerate_train import train
+
+    return train(data["images"], epochs=1, batch_size=BATCH, workers=1)
+
+
 def _fail_on_rank1(data: dict[str, str]) -> dict[str, Any]:
     with dp.Loader(data["images"], batch_size=BATCH, num_workers=0) as loader:
         for step, _ in enumerate(loader):
@@ -170,12 +182,13 @@ SCENARIOS: dict[str, Callable[[dict[str, str]], dict[str, Any]]] = {
     **{f"tokens-{layout}": lambda data, layout=layout: _token_run(data, layout)
        for layout in TOKENS},
     "explicit": _explicit_run,
+    "accelerate": _accelerate_run,
     "fail-on-rank1": _fail_on_rank1,  # these two test the harness itself
     "hang-on-rank1": _hang_on_rank1,
 }
 WORLD_SCENARIOS = {
     2: ("image", "image-workers1", *(f"image-drop-last-{b}" for b in DROP_LAST_BATCHES),
-        *(f"tokens-{layout}" for layout in TOKENS), "explicit"),
+        *(f"tokens-{layout}" for layout in TOKENS), "explicit", "accelerate"),
     3: ("image", *(f"image-drop-last-{b}" for b in DROP_LAST_BATCHES)),
 }
 
@@ -468,6 +481,49 @@ def test_explicit_rank_and_world_size_override_the_group(
             assert errors[case] and "give both rank and world_size" in errors[case], case
         assert errors["rank == world_size"] and "0 <= rank < world_size" in \
             errors["rank == world_size"]
+
+
+def test_accelerate_prepare_and_an_epoch_see_every_sample_once(
+        worlds: Callable[[int], WorldRun]) -> None:
+    """accelerator.prepare hands the loader back; the ranks' shares, trained on through a
+    DDP-wrapped model (a gradient all-reduce per step), are the dataset exactly once."""
+    ranks = worlds(2)["accelerate"]
+    assert [(r["rank"], r["world_size"]) for r in ranks] == [(0, 2), (1, 2)]
+    assert ranks[0]["steps"] == ranks[1]["steps"] == math.ceil(math.ceil(NUM_IMAGES / 2) / BATCH)
+    seen = [i for r in ranks for i in r["seen"][0]]
+    assert sorted(seen) == list(range(NUM_IMAGES)), "every sample, none twice"
+
+
+def _made_before_the_group(rank: int, world: int, workdir: str, images: str) -> None:
+    loader = dp.Loader(images, batch_size=BATCH, num_workers=0)  # rank 0 of 1, for now
+    dist.init_process_group("gloo", init_method=f"file://{workdir}/store", rank=rank,
+                            world_size=world, timeout=PG_TIMEOUT)
+    try:
+        next(iter(loader))
+        message = "no error"
+    except ArgumentError as exc:
+        message = str(exc)
+    Path(workdir, f"rank{rank}.txt").write_text(message)
+    dist.destroy_process_group()
+
+
+def test_a_loader_made_before_the_process_group_refuses_to_run(tmp_path: Path,
+                                                              data: dict[str, str]) -> None:
+    """Otherwise every rank would read the whole dataset, each sample once per rank."""
+    context = mp.get_context("spawn")
+    processes = [context.Process(target=_made_before_the_group,
+                                 args=(rank, 2, str(tmp_path), data["images"]))
+                 for rank in range(2)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(LAUNCH_TIMEOUT)
+        if process.is_alive():
+            _kill(process)
+    for rank in range(2):
+        message = (tmp_path / f"rank{rank}.txt").read_text()
+        assert f"was made as rank 0 of 1, but torch.distributed now says rank {rank} of 2" \
+            in message
 
 
 def test_a_failing_rank_reports_its_traceback_not_a_hang(tmp_path: Path,

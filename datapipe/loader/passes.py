@@ -1,0 +1,92 @@
+"""One pass at a time: which iterator of a loader is live, and who may advance it.
+
+A loader has one producer (worker pool, prefetched slots, DALI pipeline), so it runs one pass
+at a time. A new pass (an `iter()` at its first `next()`) retires the one before it, as do
+`set_epoch` and `load_state_dict`: a framework that abandons an iterator (a sanity check that
+stops after two batches, `limit_val_batches`) then starts the next pass cleanly. An iterator
+that was retired, or one advanced while another thread is fetching a batch from the same
+loader, raises a one-line `ArgumentError` instead of waiting forever for batches that belong
+to someone else.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from datapipe.errors import ArgumentError
+
+_END = object()
+
+
+class PassGuard:
+    def __init__(self, owner: str) -> None:
+        self.owner = owner  # how messages name the loader
+        self._lock = threading.Lock()  # held while a batch is being fetched
+        self._current: object | None = None  # the live pass
+        self._batches: Iterator[Any] | None = None  # its producing generator
+
+    @property
+    def active(self) -> bool:
+        """A pass has begun and has not ended (finished, closed or retired)."""
+        return self._current is not None
+
+    def run(self, make_batches: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+        """Yield the batches of a new pass, begun (and the previous pass retired) at the first
+        `next()`: merely calling `iter()` (Lightning does, to check a loader) changes nothing."""
+        token = object()
+        started = False
+        try:
+            while True:
+                self._acquire()
+                try:
+                    if not started:
+                        self._retire_current()
+                        self._current, self._batches = token, make_batches()
+                        started = True
+                    elif self._current is not token:
+                        raise ArgumentError(
+                            f"{self.owner}: this iterator was left behind: a newer iter(), "
+                            "set_epoch or load_state_dict has moved the loader on (a loader "
+                            "runs one pass at a time; make one loader per concurrent reader)")
+                    batch = next(self._batches, _END)  # type: ignore[arg-type]
+                finally:
+                    self._lock.release()
+                if batch is _END:
+                    return
+                yield batch
+        finally:
+            if started:
+                self._finish(token)
+
+    def retire(self) -> None:
+        """End the live pass (for set_epoch and load_state_dict, which move the loader)."""
+        self._acquire()
+        try:
+            self._retire_current()
+        finally:
+            self._lock.release()
+
+    def _acquire(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            raise ArgumentError(
+                f"{self.owner}: another thread is fetching a batch from this loader right now; "
+                "a loader feeds one thread at a time (make one loader per thread, or hand its "
+                "batches on through a queue)")
+
+    def _retire_current(self) -> None:
+        batches, self._batches, self._current = self._batches, None, None
+        if batches is not None:
+            batches.close()  # runs the producer's clean-up now, before another pass starts
+
+    def _finish(self, token: object) -> None:
+        """The pass's iterator ended (exhausted, failed, closed or collected). If the lock is
+        taken, another thread is starting a pass: that retires this one."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if self._current is token:
+                self._retire_current()
+        finally:
+            self._lock.release()

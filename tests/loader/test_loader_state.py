@@ -1,0 +1,95 @@
+"""load_state_dict refuses what it cannot continue: another dataset, nonsense counters, with a
+one-line ArgumentError; states saved before the dataset's fingerprint was stored still load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import datapipe as dp
+from datapipe.errors import ArgumentError
+from tests.conftest import convert
+from tests.imagegen import make_image_folder
+from tests.loader.helpers import indices_of
+
+CROP = dp.image.CenterCrop(16)
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two image datasets of 12 samples each (other pixels), and a text one."""
+    root = tmp_path_factory.mktemp("state")
+    out = {}
+    for seed in (0, 1):
+        src = make_image_folder(root / f"src{seed}", classes=2, per_class=6, size=(40, 32),
+                                seed=seed)
+        convert("images", src, root / f"images{seed}", "--short-side", "24")
+    out["a"], out["b"] = root / "images0", root / "images1"
+    (root / "a.txt").write_text("\n".join(" ".join(["w"] * (i % 9 + 2)) for i in range(50)))
+    convert("text", root / "a.txt", root / "tokens", "--tokenizer", "bytes")
+    out["tokens"] = root / "tokens"
+    return out
+
+
+def images(path: Path) -> dp.Loader:
+    return dp.Loader(path, batch_size=5, num_workers=0, transform=CROP)
+
+
+def saved_after(path: Path, batches: int) -> dict[str, Any]:
+    with images(path) as loader:
+        it = iter(loader)
+        for _ in range(batches):
+            next(it)
+        return json.loads(json.dumps(loader.state_dict()))
+
+
+def test_a_state_from_another_dataset_of_the_same_size_is_refused(
+        datasets: dict[str, Path]) -> None:
+    state = saved_after(datasets["a"], 1)
+    with images(datasets["b"]) as other, \
+            pytest.raises(ArgumentError, match="saved over another dataset"):
+        other.load_state_dict(state)
+    with dp.TokenLoader(datasets["tokens"], max_tokens=64) as tokens:
+        token_state = tokens.state_dict()
+    token_state["identity"]["manifest"] = state["identity"]["manifest"]
+    with dp.TokenLoader(datasets["tokens"], max_tokens=64) as tokens, \
+            pytest.raises(ArgumentError, match="saved over another dataset"):
+        tokens.load_state_dict(token_state)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"batches_done": -5}, "batches_done must be a non-negative integer, got -5"),
+    ({"batches_done": "2"}, "batches_done must be a non-negative integer"),
+    ({"batches_done": 1.5}, "batches_done must be a non-negative integer"),
+    ({"batches_done": True}, "batches_done must be a non-negative integer"),
+    ({"batches_done": 4}, "says 4 batches of epoch 0 were done, but that epoch has 3"),
+    ({"epoch": -1}, "epoch must be a non-negative integer"),
+    ({"epoch": None}, "epoch must be a non-negative integer, got None"),
+    ({"epoch_finished": "yes"}, "epoch_finished must be true or false"),
+    ({"epoch_finished": True}, r"says 1 batches of epoch 0 were done \(all of them\)"),
+    ({"identity": None}, "the state has no identity"),
+])
+def test_nonsense_counters_are_refused_in_one_line(datasets: dict[str, Path],
+                                                   change: dict[str, Any], message: str) -> None:
+    state = {**saved_after(datasets["a"], 1), **change}
+    with images(datasets["a"]) as loader, pytest.raises(ArgumentError, match=message) as err:
+        loader.load_state_dict(state)
+    assert "\n" not in str(err.value) and str(err.value).startswith("load_state_dict:")
+
+
+def test_a_state_saved_before_fingerprints_still_loads(datasets: dict[str, Path]) -> None:
+    """What the loader's state_dict returned before it stored the manifest's fingerprint."""
+    old = {"version": 1, "epoch": 0, "batches_done": 1, "epoch_finished": False,
+           "identity": {"num_samples": 12, "batch_size": 5, "shuffle": True, "seed": 0,
+                        "rank": 0, "world_size": 1, "drop_last": False}}
+    with images(datasets["a"]) as reference:
+        full = indices_of(list(reference))
+    with images(datasets["a"]) as loader:
+        loader.load_state_dict(old)
+        assert indices_of(list(loader)) == full[5:]
+    changed = {**old, "identity": {**old["identity"], "seed": 3}}
+    with images(datasets["a"]) as loader, pytest.raises(ArgumentError, match="seed 3 -> 0"):
+        loader.load_state_dict(changed)
