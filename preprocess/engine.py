@@ -10,6 +10,7 @@ once in Ray's object store.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 from collections import deque
@@ -55,15 +56,31 @@ def ordered_window(submit: Callable[[T], Any], wait: Callable[[Any], R], tasks: 
         yield wait(pending.popleft())
 
 
+# One worker per core: a tokenizer's own thread pool would only oversubscribe them.
+SINGLE_THREADED = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
 _context: Any = None
 
 
 def _install_context(context: Any) -> None:
     global _context
     _context = context
-    # One worker per core: a tokenizer's own thread pool would only oversubscribe them.
-    os.environ["RAYON_NUM_THREADS"] = "1"
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ.update(SINGLE_THREADED)
+
+
+@contextlib.contextmanager
+def _single_threaded() -> Iterator[None]:
+    """SINGLE_THREADED in this process for a while, as a worker has it for good."""
+    saved = {name: os.environ.get(name) for name in SINGLE_THREADED}
+    os.environ.update(SINGLE_THREADED)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run_with_context(work: Callable[[Any, T], R], task: T) -> R:
@@ -81,8 +98,8 @@ class LocalEngine:
     def map_ordered(self, work: Callable[[C, T], R], context: C,
                     tasks: Iterable[T]) -> Iterator[R]:
         if self.workers == 1:
-            _install_context(None)  # the same single thread as a worker has
-            yield from (work(context, task) for task in tasks)
+            with _single_threaded():
+                yield from (work(context, task) for task in tasks)
             return
         # fork: workers inherit imported modules and the context, so start-up costs
         # milliseconds and the context is never pickled.

@@ -63,9 +63,10 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 
 
 def _run_task(work: Callable[[C, T], R], context: C, task: T) -> R:
+    from preprocess.engine import SINGLE_THREADED
+
     # One task per CPU Ray granted: a tokenizer's own thread pool would oversubscribe the node.
-    os.environ["RAYON_NUM_THREADS"] = "1"
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ.update(SINGLE_THREADED)
     return work(context, task)
 
 
