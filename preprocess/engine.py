@@ -111,6 +111,7 @@ class LocalEngine:
                 lambda task: pool.apply_async(_run_with_context, (work, task)),
                 lambda result: result.get(), tasks, self.workers * TASKS_AHEAD_PER_WORKER)
             pool.close()
+            pool.join()  # workers leave on their own: a signal would only stop them noisily
         finally:
             pool.terminate()
             pool.join()
