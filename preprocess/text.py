@@ -13,6 +13,7 @@ import numpy as np
 from datapipe.errors import ArgumentError
 from datapipe.format.hashing import hash_bytes
 from datapipe.format.schema import Column, token_type_for_vocab
+from datapipe.format.writer import SCALAR_NBYTES
 from datapipe.system import available_cores
 from preprocess.engine import Engine, LocalEngine
 from preprocess.output import ConversionResult, OutputDirectory, OutputOptions
@@ -56,6 +57,7 @@ class TokenBatch:
 
     ids: np.ndarray
     lengths: list[int]
+    sizes: list[int]  # each kept document's rows_nbytes: its ids and its length
     kept: list[int]  # positions in the batch
     rejects: list[tuple[int, str, str]]  # (position, where, reason)
 
@@ -64,7 +66,8 @@ def tokenize_batch(work: TokenWork, batch: list[Document]) -> TokenBatch:
     """One engine task: a batch of documents, tokenized."""
     texts = [text if isinstance(text, str) else "" for _, text in batch]
     eos = np.array([work.eos_id], dtype=work.dtype) if work.eos_id is not None else None
-    result = TokenBatch(np.empty(0, work.dtype), [], [], [])
+    result = TokenBatch(np.empty(0, work.dtype), [], [], [], [])
+    itemsize = np.dtype(work.dtype).itemsize
     pieces = []
     encoded = work.tokenizer.encode_batch(texts)
     for position, ((where, text), ids) in enumerate(zip(batch, encoded, strict=True)):
@@ -78,6 +81,7 @@ def tokenize_batch(work: TokenWork, batch: list[Document]) -> TokenBatch:
                 pieces.append(eos)
             result.kept.append(position)
             result.lengths.append(len(ids) + (eos is not None))
+            result.sizes.append(result.lengths[-1] * itemsize + SCALAR_NBYTES)
     if pieces:
         result.ids = np.concatenate(pieces)
     return result
@@ -124,7 +128,7 @@ def _write_batches(output: OutputDirectory, batches: Iterator[TokenBatch],
         ends = np.cumsum(batch.lengths)
         documents = np.split(batch.ids, ends[:-1]) if batch.kept else []
         output.add_rows([index + p for p in batch.kept],
-                        {"tokens": documents, "length": batch.lengths})
+                        {"tokens": documents, "length": batch.lengths}, batch.sizes)
         index += len(batch.kept) + len(batch.rejects)
         tokens += int(ends[-1]) if batch.kept else 0
         if progress is not None:

@@ -15,7 +15,7 @@ from datapipe.format.manifest import SHARD_SUFFIX, ShardInfo
 from datapipe.format.schema import Column
 from datapipe.format.shard_reader import write_shard
 
-_SCALAR_BYTES = 8
+SCALAR_NBYTES = 8
 
 
 def shard_name(index: int, shard_format: str) -> str:
@@ -38,7 +38,7 @@ def _cell_nbytes(value: Any) -> int:
         return value.nbytes
     if isinstance(value, (bytes, bytearray, memoryview, str)):
         return len(value)
-    return _SCALAR_BYTES
+    return SCALAR_NBYTES
 
 
 class ShardSetWriter:

@@ -80,8 +80,27 @@ def test_text_on_ray_is_byte_identical_to_the_local_engine(cli, ray_address: str
         result = cli("convert", "text", corpus, tmp_path / name, *args, *extra)
         assert result.code == 0, result.err
     assert_same_files(tmp_path / "one", tmp_path / "two")
+    _assert_batch_sizes_are_the_writers(spec)
     assert_same_files(tmp_path / "one", tmp_path / "ray")
     assert len((tmp_path / "ray" / "rejects.jsonl").read_text().splitlines()) == 2
+
+
+def _assert_batch_sizes_are_the_writers(spec: str) -> None:
+    """Workers size each document for the shard cut; the writer's own sum must agree."""
+    import numpy as np
+
+    from datapipe.format.schema import Column, token_type_for_vocab
+    from datapipe.format.writer import rows_nbytes
+    from preprocess.text import TokenWork, tokenize_batch
+    from preprocess.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer(spec)
+    dtype = Column("tokens", token_type_for_vocab(tokenizer.vocab_size)).numpy_dtype
+    batch = tokenize_batch(TokenWork(tokenizer, dtype, 2), [("a", d) for d in DOCS + [""]])
+    documents = np.split(batch.ids, np.cumsum(batch.lengths)[:-1])
+    columns = (Column("tokens", f"tokens:{dtype}"), Column("length", "int32"))
+    assert batch.sizes == rows_nbytes(columns, {"tokens": documents, "length": batch.lengths})
+    assert batch.rejects == [(len(DOCS), "a", "empty document")]
 
 
 @pytest.mark.slow
