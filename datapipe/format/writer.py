@@ -45,10 +45,11 @@ class ShardSetWriter:
     """Buffers samples and cuts a shard whenever the next sample would pass `target_bytes`.
 
     Samples are never split across shards. A cut shard is written by a background thread while
-    the next one fills, so the process feeding samples never waits on the disk (at most one
-    shard waits to be written, which bounds memory). Each is written to a temporary name,
-    fsynced and renamed, then `on_shard(info, tag)` is called, in shard order, with the tag of
-    the sample that starts the next shard: a reader never sees a partial shard.
+    the next one fills, so the process feeding samples waits on the disk only when it cuts a
+    shard before the previous one is written (one at a time, which bounds memory). Each is
+    written to a temporary name, fsynced and renamed, then `on_shard(info, tag)` is called, in
+    shard order, with the tag of the sample that opens the next shard: a reader never sees a
+    partial shard.
     """
 
     def __init__(self, directory: str | Path, columns: tuple[Column, ...], shard_format: str,
