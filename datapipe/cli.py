@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,38 @@ def _output_options(func: Any) -> Any:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def _engine_options(func: Any) -> Any:
+    options = [
+        click.option("--engine", type=click.Choice(["local", "ray"]), default="local",
+                     show_default=True, help="Where the work runs: processes on this machine, "
+                     "or tasks on a Ray cluster (needs: pip install 'datapipe[ray]'). The "
+                     "output is the same."),
+        click.option("--address", default=None, metavar="ADDR",
+                     help="With --engine ray: the cluster (HOST:PORT, ray://HOST:PORT or auto; "
+                     "default: RAY_ADDRESS, else a Ray instance started on this machine)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@contextlib.contextmanager
+def _engine(name: str, workers: int, address: str | None) -> Iterator[Any]:
+    """The engine the options name, given back however the command ends."""
+    from datapipe.system import available_cores
+    from preprocess.engine import make_engine
+
+    if workers < 0:
+        raise click.BadParameter(f"must be >= 0, got {workers}", param_hint="--workers")
+    # 0 workers: every core here, or every CPU of the Ray cluster.
+    engine = make_engine(name, workers or (available_cores() if name == "local" else 0),
+                         address)
+    try:
+        yield engine
+    finally:
+        engine.close()
 
 
 def _make_output_options(out: str, shard_format: str, shard_size: str, overwrite: bool,
@@ -141,11 +175,13 @@ def _join(location: Any, name: str) -> str:
               help="Reject an image whose stored or resized size (width x height) is over this "
               "many pixels, judged from its header before decoding; the default is PIL's "
               "decompression-bomb limit.")
-@click.option("--workers", default=0, type=int, help="Processes; 0 = all cores.")
+@click.option("--workers", default=0, type=int,
+              help="Processes (Ray: tasks at once); 0 = all cores (Ray: all the cluster's).")
+@_engine_options
 @_output_options
 def convert_images_cmd(src: Path, out: str, short_side: int, upscale: bool, quality: int,
                        subsampling: str, keep_icc: bool, encoding: str, max_pixels: int,
-                       workers: int, **output: Any) -> None:
+                       workers: int, engine: str, address: str | None, **output: Any) -> None:
     """Convert an image folder (SRC/<class>/<file>) or a CSV/JSONL list (path,label,...)
     into OUT, a folder or a URL (s3://bucket/prefix: made locally, then uploaded).
 
@@ -156,7 +192,6 @@ def convert_images_cmd(src: Path, out: str, short_side: int, upscale: bool, qual
     Stored images are RGB in sRGB: an embedded ICC profile (Adobe RGB, Display P3, ...) is
     converted, transparency is composited onto white, 16-bit values are scaled by bit depth.
     """
-    from datapipe.system import available_cores
     from preprocess.image_ops import ImageSettings
     from preprocess.images import convert_images
 
@@ -164,14 +199,14 @@ def convert_images_cmd(src: Path, out: str, short_side: int, upscale: bool, qual
                              max_pixels=max_pixels, subsampling=subsampling, upscale=upscale,
                              keep_icc=keep_icc)
     options = _make_output_options(out, **output)
-    if workers < 0:
-        raise click.BadParameter(f"must be >= 0, got {workers}", param_hint="--workers")
-    progress = _Progress(None, "img")
-    try:
-        result = convert_images(src, options, settings, workers or available_cores(),
-                                progress=lambda done, total: _bar_total(progress, done, total))
-    finally:
-        progress.close()
+    with _engine(engine, workers, address) as runner:
+        progress = _Progress(None, "img")
+        try:
+            result = convert_images(
+                src, options, settings, runner.workers, engine=runner,
+                progress=lambda done, total: _bar_total(progress, done, total))
+        finally:
+            progress.close()
     rate = result.inputs - _resumed_inputs(result)
     _report(result, "images", f"{rate / max(result.seconds, 1e-9):,.0f} images/s")
 
@@ -194,10 +229,13 @@ def _resumed_inputs(result: Any) -> int:
 @click.option("--doc-per-file", is_flag=True, help=".txt files hold one document each.")
 @click.option("--append-eos", is_flag=True, help="End every document with the EOS id.")
 @click.option("--eos-token", default=None, help="Which token is EOS (default: found by name).")
-@click.option("--workers", default=0, type=int, help="Tokenizer threads; 0 = all cores.")
+@click.option("--workers", default=0, type=int,
+              help="Processes (Ray: tasks at once); 0 = all cores (Ray: all the cluster's).")
+@_engine_options
 @_output_options
 def convert_text_cmd(sources: tuple[str, ...], tokenizer: str, field: str, doc_per_file: bool,
-                     append_eos: bool, eos_token: str | None, workers: int, **output: Any) -> None:
+                     append_eos: bool, eos_token: str | None, workers: int, engine: str,
+                     address: str | None, **output: Any) -> None:
     """Tokenize .txt (a line or a file per document), .jsonl or .parquet into id arrays, in
     OUT: a folder or a URL (s3://bucket/prefix: made locally, then uploaded)."""
     from preprocess.text import convert_text
@@ -207,14 +245,15 @@ def convert_text_cmd(sources: tuple[str, ...], tokenizer: str, field: str, doc_p
         raise click.UsageError("give at least one SRC and then OUT")
     *srcs, out = sources
     options = _make_output_options(out, **output)
-    progress = _Progress(None, "doc")
-    try:
-        result = convert_text([Path(s) for s in srcs], options, tokenizer,
-                              TextOptions(field, doc_per_file), append_eos=append_eos,
-                              eos_token=eos_token, workers=workers or None,
-                              progress=progress.update_to)
-    finally:
-        progress.close()
+    with _engine(engine, workers, address) as runner:
+        progress = _Progress(None, "doc")
+        try:
+            result = convert_text([Path(s) for s in srcs], options, tokenizer,
+                                  TextOptions(field, doc_per_file), append_eos=append_eos,
+                                  eos_token=eos_token, engine=runner,
+                                  progress=progress.update_to)
+        finally:
+            progress.close()
     tokens = result.extra["tokens_this_run"]
     _report(result, "documents", f"{tokens:,} tokens, "
             f"{tokens / max(result.seconds, 1e-9):,.0f} tokens/s")

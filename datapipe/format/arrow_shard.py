@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -45,7 +45,8 @@ def _binary_array(values: list) -> pa.Array:
                                  [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def write_arrow_shard(path: str | Path, columns: tuple[Column, ...], data: dict[str, list]) -> None:
+def write_arrow_shard(sink: BinaryIO, columns: tuple[Column, ...], data: dict[str, list]) -> None:
+    """Write one shard into the open binary file `sink`."""
     arrays = []
     for col in columns:
         values = data[col.name]
@@ -57,7 +58,7 @@ def write_arrow_shard(path: str | Path, columns: tuple[Column, ...], data: dict[
             arrays.append(pa.array(values, type=arrow_type(col)))
     schema = pa.schema([pa.field(c.name, arrow_type(c), nullable=False) for c in columns])
     batch = pa.record_batch(arrays, schema=schema)
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+    with pa.PythonFile(sink, mode="w") as stream, pa.ipc.new_file(stream, schema) as writer:
         writer.write_batch(batch)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import xxhash
 
@@ -33,4 +34,37 @@ class StreamHash:
         self._digest.update(chunk)
 
     def hexdigest(self) -> str:
+        return f"{HASH_ALGORITHM}:{self._digest.hexdigest()}"
+
+
+class HashingWriter:
+    """A binary file that hashes what is written to it, so a new shard's hash costs no second
+    read of the file (the hash of its bytes equals `hash_file`'s)."""
+
+    closed = False
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+        self._digest = xxhash.xxh3_128()
+        self._position = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self._digest.update(view)
+        self._position += view.nbytes
+        return self._file.write(view)
+
+    def tell(self) -> int:
+        return self._position
+
+    def writable(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        """The wrapped file stays open: its owner closes it."""
+
+    def hash(self) -> str:
         return f"{HASH_ALGORITHM}:{self._digest.hexdigest()}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import mmap
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgpack
 import numpy as np
@@ -32,27 +32,27 @@ def _encode_cell(col: Column, value: Any) -> Any:
     return value
 
 
-def write_msgpack_shard(path: str | Path, columns: tuple[Column, ...],
+def write_msgpack_shard(f: BinaryIO, columns: tuple[Column, ...],
                         data: dict[str, list]) -> None:
+    """Write one shard into the open binary file `f`."""
     rows = len(data[columns[0].name]) if columns else 0
     packer = msgpack.Packer(use_bin_type=True)
     offsets = np.zeros(rows + 1, dtype="<u8")
-    with open(path, "wb") as f:
-        f.write(MAGIC)
-        position = len(MAGIC)
-        for i in range(rows):
-            offsets[i] = position
-            record = packer.pack([_encode_cell(c, data[c.name][i]) for c in columns])
-            f.write(record)
-            position += len(record)
-        offsets[rows] = position
-        scalars = {c.name: np.asarray(data[c.name], dtype=c.numpy_dtype.newbyteorder("<"))
-                   .tobytes() for c in columns if c.is_scalar}
-        footer = packer.pack({"rows": rows, "columns": [c.to_json() for c in columns],
-                              "offsets": offsets.tobytes(), "scalars": scalars})
-        f.write(footer)
-        f.write(_TAIL.pack(len(footer)))
-        f.write(MAGIC)
+    f.write(MAGIC)
+    position = len(MAGIC)
+    for i in range(rows):
+        offsets[i] = position
+        record = packer.pack([_encode_cell(c, data[c.name][i]) for c in columns])
+        f.write(record)
+        position += len(record)
+    offsets[rows] = position
+    scalars = {c.name: np.asarray(data[c.name], dtype=c.numpy_dtype.newbyteorder("<"))
+               .tobytes() for c in columns if c.is_scalar}
+    footer = packer.pack({"rows": rows, "columns": [c.to_json() for c in columns],
+                          "offsets": offsets.tobytes(), "scalars": scalars})
+    f.write(footer)
+    f.write(_TAIL.pack(len(footer)))
+    f.write(MAGIC)
 
 
 class MsgpackShardReader(ShardReader):

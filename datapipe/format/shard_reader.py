@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import DataError
+from datapipe.format.hashing import HashingWriter
 from datapipe.format.schema import Column
 
 
@@ -92,15 +94,18 @@ def open_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...],
 
 
 def write_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...],
-                data: dict[str, list]) -> None:
-    """Write one shard from columnar lists (payloads as bytes or numpy arrays)."""
+                data: dict[str, list]) -> str:
+    """Write one shard from columnar lists (payloads as bytes or numpy arrays), fsynced; returns
+    the hash of its bytes, taken as they are written."""
     if shard_format == "arrow":
-        from datapipe.format.arrow_shard import write_arrow_shard
-
-        write_arrow_shard(path, columns, data)
+        from datapipe.format.arrow_shard import write_arrow_shard as write
     elif shard_format == "msgpack":
-        from datapipe.format.msgpack_shard import write_msgpack_shard
-
-        write_msgpack_shard(path, columns, data)
+        from datapipe.format.msgpack_shard import write_msgpack_shard as write
     else:
         raise DataError(f"{path}: unknown shard format {shard_format!r}")
+    with open(path, "wb") as file:
+        sink = HashingWriter(file)
+        write(sink, columns, data)
+        file.flush()
+        os.fsync(file.fileno())
+    return sink.hash()

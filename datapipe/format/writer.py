@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from datapipe.format.hashing import hash_file
 from datapipe.format.manifest import SHARD_SUFFIX, ShardInfo
 from datapipe.format.schema import Column
 from datapipe.format.shard_reader import write_shard
 
-_SCALAR_BYTES = 8
+SCALAR_NBYTES = 8
 
 
 def shard_name(index: int, shard_format: str) -> str:
@@ -23,28 +24,37 @@ def shard_name(index: int, shard_format: str) -> str:
 
 def sample_nbytes(columns: tuple[Column, ...], sample: dict[str, Any]) -> int:
     """Approximate stored size of one sample, used to cut shards near the target size."""
-    total = 0
-    for col in columns:
-        value = sample[col.name]
-        if isinstance(value, np.ndarray):
-            total += value.nbytes
-        elif isinstance(value, (bytes, bytearray, memoryview, str)):
-            total += len(value)
-        else:
-            total += _SCALAR_BYTES
-    return total
+    return sum(_cell_nbytes(sample[col.name]) for col in columns)
+
+
+def rows_nbytes(columns: tuple[Column, ...], rows: dict[str, Sequence[Any]]) -> list[int]:
+    """`sample_nbytes` of each of the rows given column by column."""
+    per_column = [[_cell_nbytes(v) for v in rows[col.name]] for col in columns]
+    return [sum(sizes) for sizes in zip(*per_column, strict=True)]
+
+
+def _cell_nbytes(value: Any) -> int:
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        return len(value)
+    return SCALAR_NBYTES
 
 
 class ShardSetWriter:
-    """Buffers samples and writes a shard whenever the next sample would pass `target_bytes`.
+    """Buffers samples and cuts a shard whenever the next sample would pass `target_bytes`.
 
-    Samples are never split across shards. A shard is written to a temporary name, fsynced and
-    renamed, then `on_shard(info)` is called: a reader never sees a partial shard.
+    Samples are never split across shards. A cut shard is written by a background thread while
+    the next one fills, so the process feeding samples waits on the disk only when it cuts a
+    shard before the previous one is written (one at a time, which bounds memory). Each is
+    written to a temporary name, fsynced and renamed, then `on_shard(info, tag)` is called, in
+    shard order, with the tag of the sample that opens the next shard: a reader never sees a
+    partial shard.
     """
 
     def __init__(self, directory: str | Path, columns: tuple[Column, ...], shard_format: str,
                  target_bytes: int, first_index: int = 0,
-                 on_shard: Callable[[ShardInfo], None] | None = None) -> None:
+                 on_shard: Callable[[ShardInfo, Any], None] | None = None) -> None:
         self.directory = Path(directory)
         self.columns = columns
         self.shard_format = shard_format
@@ -55,38 +65,81 @@ class ShardSetWriter:
         self._buffer: dict[str, list] = {c.name: [] for c in columns}
         self._rows = 0
         self._bytes = 0
+        self._background: ThreadPoolExecutor | None = None
+        self._writing: Future[ShardInfo] | None = None
 
     @property
     def buffered_rows(self) -> int:
         return self._rows
 
-    def add(self, sample: dict[str, Any]) -> None:
-        size = sample_nbytes(self.columns, sample)
-        if self._rows and self._bytes + size > self.target_bytes:
-            self.flush()
-        for col in self.columns:
-            self._buffer[col.name].append(sample[col.name])
-        self._rows += 1
-        self._bytes += size
+    def add(self, sample: dict[str, Any], tag: Any = None) -> None:
+        self.add_rows({c.name: [sample[c.name]] for c in self.columns},
+                      [sample_nbytes(self.columns, sample)], [tag])
 
-    def flush(self) -> ShardInfo | None:
-        """Write the buffered samples as one shard (nothing if the buffer is empty)."""
+    def add_rows(self, rows: dict[str, Sequence[Any]], sizes: Sequence[int],
+                 tags: Sequence[Any] | None = None) -> None:
+        """Add `len(sizes)` samples given column by column, `sizes[i]` being row i's
+        `sample_nbytes`; the shards cut are the ones adding them one by one would cut."""
+        start = 0
+        for i, size in enumerate(sizes):
+            if (self._rows or i > start) and self._bytes + size > self.target_bytes:
+                self._take(rows, start, i)
+                self.cut(tags[i] if tags is not None else None)
+                start = i
+            self._bytes += size
+        self._take(rows, start, len(sizes))
+
+    def _take(self, rows: dict[str, Sequence[Any]], start: int, stop: int) -> None:
+        if stop > start:
+            for name, values in self._buffer.items():
+                values.extend(rows[name][start:stop])
+            self._rows += stop - start
+
+    def cut(self, tag: Any = None) -> None:
+        """Hand the buffered samples to the background writer as one shard (none if empty)."""
         if not self._rows:
-            return None
+            return
         name = shard_name(self.next_index, self.shard_format)
-        final = self.directory / name
-        tmp = final.with_name(name + ".tmp")
-        write_shard(tmp, self.shard_format, self.columns, self._buffer)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-        info = ShardInfo(name=name, rows=self._rows, bytes=final.stat().st_size,
-                         hash=hash_file(final))
-        self.shards.append(info)
+        buffer, rows = self._buffer, self._rows
         self.next_index += 1
         self._buffer = {c.name: [] for c in self.columns}
         self._rows = 0
         self._bytes = 0
+        self.wait()
+        if self._background is None:
+            self._background = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")
+        self._writing = self._background.submit(self._write, name, buffer, rows, tag)
+
+    def wait(self) -> None:
+        """Until the shard being written is written; its error, if any, is raised here."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            writing.result()
+
+    def flush(self, tag: Any = None) -> ShardInfo | None:
+        """Write the buffered samples as one shard and wait until every shard is written;
+        returns that shard (None if the buffer was empty)."""
+        cutting = self._rows > 0
+        self.cut(tag)
+        self.wait()
+        return self.shards[-1] if cutting else None
+
+    def close(self) -> None:
+        """Stop the background writer, after the shard it is writing (its error is dropped:
+        close runs when the run already failed, or after `flush` raised it)."""
+        with contextlib.suppress(Exception):
+            self.wait()
+        if self._background is not None:
+            self._background.shutdown(wait=True)
+            self._background = None
+
+    def _write(self, name: str, buffer: dict[str, list], rows: int, tag: Any) -> ShardInfo:
+        final = self.directory / name
+        tmp = final.with_name(name + ".tmp")
+        digest = write_shard(tmp, self.shard_format, self.columns, buffer)
+        os.replace(tmp, final)
+        info = ShardInfo(name=name, rows=rows, bytes=final.stat().st_size, hash=digest)
+        self.shards.append(info)
         if self.on_shard is not None:
-            self.on_shard(info)
+            self.on_shard(info, tag)
         return info

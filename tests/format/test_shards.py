@@ -9,6 +9,7 @@ import pytest
 from datapipe.errors import DataError
 from datapipe.format import Column, Dataset, Manifest, ShardSetWriter, token_type_for_vocab
 from datapipe.format.manifest import MANIFEST_NAME
+from datapipe.format.writer import rows_nbytes
 
 COLUMNS = (Column("image", "bytes"), Column("label", "int64"), Column("score", "float64"),
            Column("tokens", "tokens:uint16"), Column("path", "string"))
@@ -110,3 +111,27 @@ def test_token_type_is_the_smallest_that_fits() -> None:
     assert token_type_for_vocab(65537) == "tokens:uint32"
     with pytest.raises(DataError):
         token_type_for_vocab(1 << 33)
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "msgpack"])
+def test_rows_added_in_groups_cut_the_shards_one_by_one_would(tmp_path: Path, fmt: str) -> None:
+    """Converters hand the writer whole tasks' samples at once; the shards (and so the bytes)
+    are those of adding them one at a time, with the tag of the row that opens each shard."""
+    (tmp_path / "single").mkdir()
+    (tmp_path / "groups").mkdir()
+    one_by_one = _write_dataset(tmp_path / "single", fmt, n=40, target=300)
+    tags: list[object] = []
+    writer = ShardSetWriter(tmp_path / "groups", COLUMNS, fmt, 300,
+                            on_shard=lambda info, tag: tags.append(tag))
+    start = 0
+    for size in [1, 7, 0, 13, 2, 17]:
+        samples = [_sample(i) for i in range(start, start + size)]
+        rows = {c.name: [s[c.name] for s in samples] for c in COLUMNS}
+        writer.add_rows(rows, rows_nbytes(COLUMNS, rows), tags=list(range(start, start + size)))
+        start += size
+    writer.flush(tag="end")
+    writer.close()
+    assert start == 40 and [s.to_json() for s in writer.shards] == \
+        [s.to_json() for s in one_by_one.shards]
+    opening_rows = np.cumsum([s.rows for s in writer.shards])[:-1].tolist()
+    assert tags == [*opening_rows, "end"]

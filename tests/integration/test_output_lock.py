@@ -36,7 +36,24 @@ def _start_and_stop_after_a_shard(args: list[str], out: Path) -> subprocess.Pope
             pytest.fail(f"conversion ended before it could be stopped: {proc.stderr.read()!r}")
         time.sleep(0.005)
     os.kill(proc.pid, signal.SIGSTOP)
+    _wait_stopped(proc.pid)
     return proc
+
+
+def _wait_stopped(pid: int) -> None:
+    """Until every thread of `pid` is stopped: the signal lands a moment after kill() returns,
+    and the shard-writer thread may start the next shard in that moment."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                      for task in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:  # a thread ended while being listed
+            continue
+        if all(state in "tT" for state in states):
+            return
+        time.sleep(0.001)
+    pytest.fail(f"pid {pid} did not stop")
 
 
 def _children(pid: int) -> list[int]:
