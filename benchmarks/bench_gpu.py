@@ -64,8 +64,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_convert import ensure_photos, photo_stats
-from benchmarks.bench_loader import BATCH, CROP, ensure_form
+from benchmarks.bench_loader import BATCH, CROP, prepare_shards
 from benchmarks.common import (
     BENCH_DATA,
     announce_machine,
@@ -76,7 +75,6 @@ from benchmarks.common import (
     median,
     publish,
     timed,
-    warm_page_cache,
 )
 from benchmarks.runs import (
     BUSY_ELSEWHERE,
@@ -412,20 +410,6 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def prepare_shards(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
-    """The shard set (given, or bench_loader's cached conversion of the photos), page-cached."""
-    if args.shards is not None:
-        if not args.shards.is_dir():
-            raise SystemExit(f"--shards {args.shards}: not a directory")
-        shards, about = args.shards, {"path": str(args.shards)}
-    else:
-        photos = ensure_photos(args.photos, args.count)
-        record = ensure_form("datapipe", photos, args.workers)
-        shards, about = Path(record["path"]), {**photo_stats(photos), "shards": record["path"]}
-    warm_page_cache(sorted(shards.rglob("*")))
-    return shards, about
 
 
 def run_all(args: argparse.Namespace, job: Job, outcomes: dict[str, Outcome]) -> None:

@@ -44,8 +44,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_convert import ensure_photos, photo_stats
-from benchmarks.bench_loader import CROP, ensure_form
+from benchmarks.bench_loader import CROP, prepare_shards
 from benchmarks.common import (
     BENCH_DATA,
     announce_machine,
@@ -60,7 +59,6 @@ from benchmarks.common import (
     timed,
     tree_cpu_seconds,
     verdict,
-    warm_page_cache,
 )
 from benchmarks.runs import (
     Outcome,
@@ -255,20 +253,6 @@ def initial_outcomes(skip: set[str], cuda: bool) -> dict[str, Outcome]:
             outcome.status = "skipped: no CUDA device"
         outcomes[path.name] = outcome
     return outcomes
-
-
-def prepare_shards(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
-    """The shard set (given, or bench_loader's cached conversion of the photos), page-cached."""
-    if args.shards is not None:
-        if not args.shards.is_dir():
-            raise SystemExit(f"--shards {args.shards}: not a directory")
-        shards, about = args.shards, {"path": str(args.shards)}
-    else:
-        photos = ensure_photos(args.photos, args.count)
-        record = ensure_form("datapipe", photos, args.workers)
-        shards, about = Path(record["path"]), {**photo_stats(photos), "shards": record["path"]}
-    warm_page_cache(sorted(shards.rglob("*")))
-    return shards, about
 
 
 def job_for(path: Variant, shards: Path, args: argparse.Namespace) -> Job:

@@ -465,6 +465,20 @@ def ensure_form(form: str, src: Path, workers: int) -> dict[str, Any]:
     return record
 
 
+def prepare_shards(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
+    """The shard set (given, or the cached datapipe conversion of the photos), page-cached."""
+    if args.shards is not None:
+        if not args.shards.is_dir():
+            raise SystemExit(f"--shards {args.shards}: not a directory")
+        shards, about = args.shards, {"path": str(args.shards)}
+    else:
+        photos = ensure_photos(args.photos, args.count)
+        record = ensure_form("datapipe", photos, args.workers)
+        shards, about = Path(record["path"]), {**photo_stats(photos), "shards": record["path"]}
+    warm_page_cache(sorted(shards.rglob("*")))
+    return shards, about
+
+
 # ---------------------------------------------------------------- running everything
 
 

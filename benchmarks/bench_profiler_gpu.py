@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         return NO_CUDA_EXIT if args.require_cuda else 0
     import torch
 
-    from benchmarks.bench_gpu import prepare_shards
+    from benchmarks.bench_loader import prepare_shards
 
     info = {**announce_machine(), "gpu": torch.cuda.get_device_name()}
     (shards, data), prep_s = timed(lambda: prepare_shards(args))
