@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
 def available_cores() -> int:
@@ -10,3 +11,14 @@ def available_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def same_file(fd: int, path: Path) -> bool:
+    """Whether `path` still names the file open as `fd` (not removed, nor replaced by a rename):
+    a lock taken on a file another process has since replaced protects nothing."""
+    try:
+        on_disk = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (on_disk.st_dev, on_disk.st_ino)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from datapipe.errors import ArgumentError
+from datapipe.system import same_file
 
 LOCK_NAME = ".datapipe-lock"
 
@@ -51,7 +52,7 @@ class OutputLock:
                 raise ArgumentError(
                     f"OUT {self.directory} is being written by another datapipe convert "
                     f"({holder}); wait for it to end or choose another OUT") from None
-            if _same_file(fd, self.path):
+            if same_file(fd, self.path):
                 self._fd = fd
             else:  # a finishing holder removed the file between our open and flock: retry
                 os.close(fd)
@@ -71,15 +72,6 @@ class OutputLock:
             _HELD.discard(self._fd)
             os.close(self._fd)
             self._fd = None
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        on_disk = os.stat(path)
-    except FileNotFoundError:
-        return False
-    held = os.fstat(fd)
-    return (held.st_dev, held.st_ino) == (on_disk.st_dev, on_disk.st_ino)
 
 
 def _describe(text: bytes) -> str:

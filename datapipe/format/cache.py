@@ -33,6 +33,7 @@ from pathlib import Path
 from datapipe import sizes
 from datapipe.errors import ArgumentError, DataError, DatapipeError
 from datapipe.format.hashing import StreamHash
+from datapipe.system import same_file
 
 CACHE_DIR_ENV = "DATAPIPE_CACHE_DIR"
 CACHE_SIZE_ENV = "DATAPIPE_CACHE_SIZE"
@@ -86,15 +87,6 @@ class CacheSettings:
         return cls(Path(directory).expanduser().absolute(), limit)
 
 
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        on_disk = os.stat(path)
-    except FileNotFoundError:
-        return False
-    held = os.fstat(fd)
-    return (held.st_dev, held.st_ino) == (on_disk.st_dev, on_disk.st_ino)
-
-
 def _flock(path: Path, mode: int, create: bool) -> int | None:
     """A descriptor holding `mode` on the file now at `path`; None when the file is absent
     (create=False) or the lock is taken and `mode` has LOCK_NB. A file removed or replaced
@@ -113,7 +105,7 @@ def _flock(path: Path, mode: int, create: bool) -> int | None:
         except BlockingIOError:
             os.close(fd)
             return None
-        if _same_file(fd, path):
+        if same_file(fd, path):
             _HELD.add(fd)
             return fd
         os.close(fd)
