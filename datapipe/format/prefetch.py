@@ -12,7 +12,6 @@ yet themselves; the cache's per-shard lock makes sure no shard is downloaded twi
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.format.manifest import Manifest
+from datapipe.loader.lifetime import Lifeline, become_worker, signals_held
 
 _POLL_SECONDS = 0.05
 _PARALLEL_DOWNLOADS = 4
@@ -33,10 +33,13 @@ class ShardPrefetcher:
         context = mp.get_context("fork")  # inherits the plan function: nothing to pickle
         self._progress = context.RawArray("q", [-1, 0])  # epoch, next batch
         self._stop = context.Event()
+        # Like a loader worker: the parent's signal handlers (a framework's SIGTERM hook) do not
+        # run in it, and it dies with its parent even in the middle of a download.
         self._process = context.Process(
-            target=_run, args=(location, plan_for, self._progress, self._stop, os.getpid()),
+            target=_run, args=(location, plan_for, self._progress, self._stop, Lifeline.here()),
             daemon=True, name="datapipe-prefetch")
-        self._process.start()
+        with signals_held():
+            self._process.start()
 
     def advance(self, epoch: int, batch: int) -> None:
         self._progress[1] = batch
@@ -81,8 +84,10 @@ def upcoming_shards(by_batch: list[np.ndarray], batch: int, sizes: np.ndarray,
 
 
 def _run(location: Any, plan_for: Callable[[int], Any], progress: Any, stop: Any,
-         parent: int) -> None:
+         lifeline: Lifeline) -> None:
     from datapipe.format.sources import RemoteShards
+
+    become_worker(lifeline)
 
     source = RemoteShards(location)
     manifest: Manifest = source.load_manifest()
@@ -92,7 +97,7 @@ def _run(location: Any, plan_for: Callable[[int], Any], progress: Any, stop: Any
     epoch_seen, by_batch = None, []
     failed: set[int] = set()  # not tried again: the reader reports it when it gets there
     with ThreadPoolExecutor(_PARALLEL_DOWNLOADS) as pool:
-        while not stop.is_set() and os.getppid() == parent:
+        while not stop.is_set():
             epoch, batch = int(progress[0]), int(progress[1])
             if epoch < 0:
                 time.sleep(_POLL_SECONDS)

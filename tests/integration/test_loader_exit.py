@@ -72,7 +72,7 @@ it = iter(loader)
 for _ in range(len(loader) // 2):
     next(it)
 report()
-if mode in ("forever", "thread"):
+if mode in ("forever", "thread", "handler-forever"):
     while True:
         for batch in loader:
             time.sleep(0.01)
@@ -212,6 +212,23 @@ def test_a_forked_child_exiting_leaves_the_parents_workers_alone(
     code, out = finish(process)
     assert code == 0 and "epoch after the child's exit: 6" in out, out
     kill_all(json.loads(pids_file.read_text())["workers"])
+
+
+def test_a_remote_datasets_prefetch_process_does_not_run_the_scripts_sigterm_handler(
+        data: dict[str, Path], tmp_path: Path, s3_bucket: str) -> None:
+    """A SIGTERM ends the prefetcher as it ends a worker: the script's handler (log and go on)
+    used to run in it instead, and kept it alive."""
+    url = f"{s3_bucket}/ds"
+    upload_directory(data["images"], url)
+    process, pids_file = start(data, "remote", "handler-forever", tmp_path, path=url)
+    pids = wait_for_pids(process, pids_file)
+    prefetcher = sorted(set(pids["children"]) - set(pids["workers"]))
+    assert len(prefetcher) == 1, pids
+    os.kill(prefetcher[0], signal.SIGTERM)
+    left = survivors(prefetcher, GONE_WITHIN_S)
+    kill_all(left)
+    out = kill_group(process)
+    assert not left, f"the prefetcher ran the script's SIGTERM handler and lived on:\n{out}"
 
 
 @pytest.mark.parametrize("end", ["returns", "killed"])
