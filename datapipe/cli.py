@@ -411,13 +411,18 @@ def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[st
         exit_reason,
         exit_status,
         outputs,
+        rank_prefixes,
         text_path,
     )
     from datapipe.profiling.report import withdraw_verdict
 
     target = Path(prefix).resolve()
     settings, report = outputs(target), text_path(target)
-    _clear_profile(prefix, [report, settings.report, settings.trace, settings.html])
+    stale = [report, settings.report, settings.trace, settings.html]
+    for other in rank_prefixes(target).values():  # an earlier run's; this one may have fewer
+        of_rank = outputs(other)
+        stale += [text_path(other), of_rank.report, of_rank.trace, of_rank.html]
+    _clear_profile(prefix, stale)
     code = _run_command(command, {**os.environ, ENV_PREFIX: str(target),
                                   ENV_SCALING: "1" if scaling_test else "0",
                                   ENV_ORACLE: "1" if oracle or scaling_test else "0"})
@@ -428,6 +433,11 @@ def profile_cmd(prefix: str, scaling_test: bool, oracle: bool, command: tuple[st
         click.echo(text)
         click.echo(f"files: {prefix}.json, {prefix}.trace.json (open in ui.perfetto.dev), "
                    f"{prefix}.html")
+        others = list(rank_prefixes(target))
+        if others:
+            click.echo(f"other ranks, each its own report: {prefix}.rank{others[0]}.* to "
+                       f"{prefix}.rank{others[-1]}.*" if len(others) > 1 else
+                       f"the other rank's report: {prefix}.rank{others[0]}.*")
     elif failed:
         click.echo(f"datapipe profile: {failed} before writing a profile; nothing to report",
                    err=True)

@@ -2,6 +2,9 @@
 
 DATAPIPE_PROFILE=PREFIX makes every datapipe loader iterate through one process-wide profiler;
 when the script exits, PREFIX.json, PREFIX.trace.json, PREFIX.html and PREFIX.txt are written.
+Under torchrun every rank inherits PREFIX: rank 0 writes those files and rank N writes
+PREFIX.rankN.* (ranks starve differently, and one file written by all would be whichever came
+last, or a mix).
 What the command itself needs is here too: the file names (`outputs`, `text_path`) and how
 the script ended (`exit_reason`, `exit_status`); a script that did not finish gets its verdict
 withdrawn (`report.withdraw_verdict`).
@@ -36,12 +39,44 @@ def text_path(prefix: str | Path) -> Path:
     return Path(f"{prefix}.txt")
 
 
+def rank_prefix(prefix: str) -> str:
+    """This process's own prefix: PREFIX on rank 0 (or outside distributed training),
+    PREFIX.rankN on rank N. The rank comes from torchrun's RANK, else from an initialised
+    process group (scripts that spawn their ranks themselves)."""
+    rank = _global_rank()
+    return f"{prefix}.rank{rank}" if rank else prefix
+
+
+def rank_prefixes(prefix: str | Path) -> dict[int, Path]:
+    """The other ranks whose text reports lie beside PREFIX's: rank -> its prefix."""
+    prefix = Path(prefix)
+    ranks = {}
+    for text in prefix.parent.glob(f"{prefix.name}.rank*.txt"):
+        rank = text.name[len(prefix.name) + len(".rank"):-len(".txt")]
+        if rank.isdigit():
+            ranks[int(rank)] = text.with_suffix("")
+    return dict(sorted(ranks.items()))
+
+
+def _global_rank() -> int:
+    rank = os.environ.get("RANK", "")
+    if rank.isdigit():
+        return int(rank)
+    if "torch" in sys.modules:  # not imported for this: a script without torch has no ranks
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+    return 0
+
+
 def auto_profiler() -> Profiler | None:
     global _profiler
     prefix = os.environ.get(ENV_PREFIX)
     if not prefix:
         return None
     if _profiler is None:
+        prefix = rank_prefix(prefix)
         _profiler = Profiler(outputs(prefix, scaling_test=os.environ.get(ENV_SCALING) == "1",
                                      oracle=os.environ.get(ENV_ORACLE) == "1"))
         atexit.register(_write, text_path(prefix))

@@ -199,3 +199,30 @@ def test_the_profiler_keeps_no_batch_alive() -> None:
         gc.collect()
         assert last() is None, probes
         assert prof.results()["steps"] == 8
+
+
+def test_cli_profiles_each_rank_of_torchrun_to_its_own_files(shards: Path,
+                                                             tmp_path: Path) -> None:
+    """Every rank inherits the prefix; each writes its own report instead of all overwriting
+    one file, and an earlier run's files of a rank this run lacks are removed."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch.distributed as dist\nimport datapipe as dp\n"
+        "dist.init_process_group('gloo')\n"
+        f"loader = dp.Loader({str(shards)!r}, batch_size=4, num_workers=1,\n"
+        "                   transform=dp.image.RandomResizedCrop(32))\n"
+        "for batch in loader:\n"
+        "    dist.barrier()\n"
+        "dist.destroy_process_group()\n")
+    prefix = tmp_path / "prof"
+    Path(f"{prefix}.rank2.txt").write_text("datapipe profile: an earlier run's rank 2\n")
+    result = run_cli_process("profile", "--out", prefix, "--", sys.executable, "-m",
+                             "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                             script)
+    assert result.returncode == 0, result.stderr
+    assert "the other rank's report: " in result.stdout and ".rank1.*" in result.stdout
+    for rank_prefix in (f"{prefix}", f"{prefix}.rank1"):
+        saved = json.loads(Path(f"{rank_prefix}.json").read_text())
+        assert saved["steps"] == 6, rank_prefix  # 48 images over 2 ranks in batches of 4
+        assert Path(f"{rank_prefix}.txt").read_text().startswith("datapipe profile: ")
+    assert not Path(f"{prefix}.rank2.txt").exists()
