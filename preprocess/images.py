@@ -10,11 +10,12 @@ import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from datapipe.errors import DataError
 from datapipe.format.hashing import hash_bytes
 from datapipe.format.schema import Column
+from datapipe.format.writer import rows_nbytes
 from preprocess.engine import Engine, LocalEngine
 from preprocess.image_ops import ImageSettings, RejectedImage, prepare_image
 from preprocess.image_sources import ImageItem, ImageSource, list_images
@@ -57,12 +58,39 @@ class ImageWork:
     items: tuple[ImageItem, ...]
     settings: ImageSettings
     visible_root: str  # SRC's folder: a worker that cannot see it is on a node without SRC
+    columns: tuple[Column, ...] = BASE_COLUMNS
+    extra_columns: tuple[str, ...] = ()
 
 
-def convert_span(work: ImageWork, span: tuple[int, int]) -> list[Outcome]:
-    """The outcomes of inputs span[0]..span[1]-1: one engine task."""
+@dataclass
+class ImageRows:
+    """A span's samples, column by column as the shard writer takes them, and its rejects:
+    the writing process only hands them on."""
+
+    kept: list[int]  # positions in the span
+    rows: dict[str, list[Any]]
+    sizes: list[int]  # each sample's rows_nbytes
+    rejects: list[tuple[int, str]]  # (position, reason)
+
+
+def convert_span(work: ImageWork, span: tuple[int, int]) -> ImageRows:
+    """The samples and rejects of inputs span[0]..span[1]-1: one engine task."""
     _check_visible(work.visible_root)
-    return [process_item(item, work.settings) for item in work.items[span[0]:span[1]]]
+    result = ImageRows([], {c.name: [] for c in work.columns}, [], [])
+    rows = result.rows
+    for position, item in enumerate(work.items[span[0]:span[1]]):
+        outcome = process_item(item, work.settings)
+        if outcome[0] != "ok":
+            result.rejects.append((position, outcome[1]))
+            continue
+        result.kept.append(position)
+        for name, value in zip(("image", "height", "width", "label", "path"),
+                               (*outcome[1:], item.label, item.source), strict=True):
+            rows[name].append(value)
+        for name, value in zip(work.extra_columns, item.extras, strict=True):
+            rows[name].append(value)
+    result.sizes = rows_nbytes(work.columns, rows)
+    return result
 
 
 @functools.cache
@@ -94,37 +122,23 @@ def convert_images(src: Path, options: OutputOptions, settings: ImageSettings, w
         "inputs": [(i.source, i.label, list(i.extras)) for i in source.items]},
         default=str).encode())
     root = src if src.is_dir() else src.parent
-    work = ImageWork(source.items, settings, os.path.abspath(root))
+    work = ImageWork(source.items, settings, os.path.abspath(root), columns,
+                     tuple(name for name, _ in source.extra_columns))
     with OutputDirectory(options, "images", columns, fingerprint) as output:
         total, size = len(source.items), _span_size(len(source.items), engine)
         spans = ((i, min(i + size, total)) for i in range(output.resume_from, total, size))
-        outcomes = engine.map_ordered(convert_span, work, spans)
-        _write_outcomes(output, source, outcomes, progress)
+        _write_spans(output, source, engine.map_ordered(convert_span, work, spans), progress)
         return output.finish(total, settings_record, stats={}, classes=source.classes)
 
 
-def _write_outcomes(output: OutputDirectory, source: ImageSource,
-                    spans: Iterator[list[Outcome]],
-                    progress: Callable[[int, int], None] | None) -> None:
+def _write_spans(output: OutputDirectory, source: ImageSource, spans: Iterator[ImageRows],
+                 progress: Callable[[int, int], None] | None) -> None:
     """Samples and rejects into OUT, in input order (the resumed part already is)."""
     index = output.resume_from
-    for outcomes in spans:
-        inputs = []
-        images, heights, widths = [], [], []
-        for number, outcome in enumerate(outcomes, index):
-            if outcome[0] == "ok":
-                inputs.append(number)
-                images.append(outcome[1])
-                heights.append(outcome[2])
-                widths.append(outcome[3])
-            else:
-                output.reject(number, source.items[number].source, outcome[1])
-        items = [source.items[i] for i in inputs]
-        rows = {"image": images, "label": [item.label for item in items], "height": heights,
-                "width": widths, "path": [item.source for item in items]}
-        for k, (name, _) in enumerate(source.extra_columns):
-            rows[name] = [item.extras[k] for item in items]
-        output.add_rows(inputs, rows)
-        index += len(outcomes)
+    for span in spans:
+        for position, reason in span.rejects:
+            output.reject(index + position, source.items[index + position].source, reason)
+        output.add_rows([index + p for p in span.kept], span.rows, span.sizes)
+        index += len(span.kept) + len(span.rejects)
         if progress is not None:
             progress(index, len(source.items))

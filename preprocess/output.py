@@ -15,7 +15,7 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,6 +159,10 @@ class OutputDirectory:
         kept = previous.shards if previous else []
         self.rejects: list[dict[str, Any]] = previous.rejects if previous else []
         self.resume_from = previous.inputs_done if previous else 0
+        # A converter that reads its inputs in spans says where a span near `inputs_done`
+        # starts (resume_point_at); a rerun gets it back as resume_point.
+        self.resume_point = previous.resume_point if previous else None
+        self.resume_point_at: Callable[[int], dict[str, Any] | None] | None = None
         self.resumed_shards = len(kept)
         self._clear_unjournaled(keep={s.name for s in kept})
         if previous:
@@ -184,7 +188,8 @@ class OutputDirectory:
             done = [r for r in self._pending_rejects if r["input"] < inputs_done]
             self._pending_rejects = [r for r in self._pending_rejects
                                      if r["input"] >= inputs_done]
-        self.journal.record(shard, inputs_done, done)
+        point = self.resume_point_at(inputs_done) if self.resume_point_at else None
+        self.journal.record(shard, inputs_done, done, point)
         self.rejects.extend(done)
 
     def add(self, input_index: int, sample: dict[str, Any]) -> None:

@@ -35,6 +35,11 @@ class ResumeState:
         return int(self.entries[-1]["inputs_done"]) if self.entries else 0
 
     @property
+    def resume_point(self) -> dict[str, Any] | None:
+        """Where the converter may start reading again, if it said (see OutputDirectory)."""
+        return self.entries[-1].get("resume") if self.entries else None
+
+    @property
     def rejects(self) -> list[dict[str, Any]]:
         return [r for e in self.entries for r in e["rejects"]]
 
@@ -50,8 +55,10 @@ class Journal:
     def start(self) -> None:
         self._append({"fingerprint": self.fingerprint}, mode="w")
 
-    def record(self, shard: ShardInfo, inputs_done: int, rejects: list[dict[str, Any]]) -> None:
-        self._append({"shard": shard.to_json(), "inputs_done": inputs_done, "rejects": rejects})
+    def record(self, shard: ShardInfo, inputs_done: int, rejects: list[dict[str, Any]],
+               resume_point: dict[str, Any] | None = None) -> None:
+        entry = {"shard": shard.to_json(), "inputs_done": inputs_done, "rejects": rejects}
+        self._append(entry if resume_point is None else {**entry, "resume": resume_point})
 
     def load(self) -> ResumeState:
         """Read a previous run's journal; a torn last line (killed mid-write) is ignored."""

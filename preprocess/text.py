@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
+import bisect
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,17 +21,14 @@ from preprocess.text_sources import (
     BadDocument,
     Document,
     TextOptions,
-    iter_documents,
+    TextSpan,
     list_text_files,
+    read_span,
 )
+from preprocess.text_spans import Cursor, SpanBook, plan_spans, span_size
 from preprocess.tokenizers import TextTokenizer, load_tokenizer
 
-BATCH_DOCUMENTS = 1024
-
-
-def _batches(documents: Iterator[Document], size: int) -> Iterator[list[Document]]:
-    while batch := list(itertools.islice(documents, size)):
-        yield batch
+BATCH_DOCUMENTS = 1024  # per call of the tokenizer: bounds its transient memory
 
 
 def _fingerprint(files: list[Path], tokenizer: TextTokenizer, settings: dict,
@@ -49,32 +46,50 @@ class TokenWork:
     tokenizer: TextTokenizer
     dtype: np.dtype
     eos_id: int | None
+    files: tuple[Path, ...] = ()
+    text_field: str = "text"
 
 
 @dataclass
 class TokenBatch:
-    """One batch's documents, tokenized: the kept ones' ids end to end, and the rejects."""
+    """Documents, tokenized: the kept ones' ids end to end, and the rejects. From a span, it
+    also says what the writing process needs to number them in their file."""
 
     ids: np.ndarray
     lengths: list[int]
     sizes: list[int]  # each kept document's rows_nbytes: its ids and its length
-    kept: list[int]  # positions in the batch
-    rejects: list[tuple[int, str, str]]  # (position, where, reason)
+    kept: list[int]  # positions among the documents
+    rejects: list[tuple[int, int, str | None]]  # (position, number, reason; None: empty)
+    documents: int = 0
+    span: TextSpan | None = None
+    numbers: int = 0  # lines or rows the span holds
+    saw_record: bool = False
+    lacks_field: int | None = None
+
+
+def tokenize_span(work: TokenWork, span: TextSpan) -> TokenBatch:
+    """One engine task: read a span of a file, tokenize its documents."""
+    read = read_span(work.files[span.file], span, work.text_field)
+    batch = tokenize_batch(work, read.documents)
+    batch.span, batch.numbers = span, read.numbers
+    batch.saw_record, batch.lacks_field = read.saw_record, read.lacks_field
+    return batch
 
 
 def tokenize_batch(work: TokenWork, batch: list[Document]) -> TokenBatch:
-    """One engine task: a batch of documents, tokenized."""
+    """Documents, tokenized `BATCH_DOCUMENTS` at a time."""
     texts = [text if isinstance(text, str) else "" for _, text in batch]
     eos = np.array([work.eos_id], dtype=work.dtype) if work.eos_id is not None else None
-    result = TokenBatch(np.empty(0, work.dtype), [], [], [], [])
+    result = TokenBatch(np.empty(0, work.dtype), [], [], [], [], documents=len(batch))
     itemsize = np.dtype(work.dtype).itemsize
     pieces = []
-    encoded = work.tokenizer.encode_batch(texts)
-    for position, ((where, text), ids) in enumerate(zip(batch, encoded, strict=True)):
+    encoded = [ids for at in range(0, len(texts), BATCH_DOCUMENTS)
+               for ids in work.tokenizer.encode_batch(texts[at:at + BATCH_DOCUMENTS])]
+    for position, ((number, text), ids) in enumerate(zip(batch, encoded, strict=True)):
         if isinstance(text, BadDocument):
-            result.rejects.append((position, where, text.reason))
+            result.rejects.append((position, number, text.reason))
         elif not text.strip():
-            result.rejects.append((position, where, "empty document"))
+            result.rejects.append((position, number, None))
         else:
             pieces.append(ids.astype(work.dtype, copy=False))
             if eos is not None:
@@ -108,29 +123,47 @@ def convert_text(sources: list[Path], options: OutputOptions, tokenizer_spec: st
     output = OutputDirectory(options, "text", (column, Column("length", "int32")),
                              _fingerprint(files, tokenizer, settings, options.shard_format))
     with output:
-        documents = itertools.islice(iter_documents(files, text_options), output.resume_from,
-                                     None)
-        work = TokenWork(tokenizer, column.numpy_dtype, tokenizer.eos_id if append_eos else None)
-        batches = engine.map_ordered(tokenize_batch, work, _batches(documents, BATCH_DOCUMENTS))
-        index, tokens = _write_batches(output, batches, progress)
+        cursor = Cursor.from_json(output.resume_point)
+        book = SpanBook(files, cursor, text_options.field)
+        output.resume_point_at = book.cursor_at
+        spans = plan_spans(files, text_options, span_size(files, engine.workers), cursor)
+        work = TokenWork(tokenizer, column.numpy_dtype, tokenizer.eos_id if append_eos else None,
+                         tuple(files), text_options.field)
+        batches = engine.map_ordered(tokenize_span, work, spans)
+        index, tokens = _write_batches(output, book, cursor.input, batches, progress)
         result = output.finish(index, settings, stats={}, tokenizer=tokenizer.identity())
     result.extra["tokens_this_run"] = tokens
     return result
 
 
-def _write_batches(output: OutputDirectory, batches: Iterator[TokenBatch],
+def _write_batches(output: OutputDirectory, book: SpanBook, first: int,
+                   batches: Iterator[TokenBatch],
                    progress: Callable[[int, int], None] | None) -> tuple[int, int]:
-    """Tokenized batches into OUT, in order; returns (inputs done, tokens written this run)."""
-    index, tokens = output.resume_from, 0
+    """Tokenized spans into OUT, in order, the first `first` inputs being before them and the
+    ones before `output.resume_from` already in OUT; returns (inputs done, tokens written)."""
+    tokens = 0
     for batch in batches:
-        for position, where, reason in batch.rejects:
-            output.reject(index + position, where, reason)
+        base = book.begin(batch.span, first, batch.numbers, batch.saw_record,
+                          batch.lacks_field)
+        _drop_done(batch, output.resume_from - first)
+        for position, number, reason in batch.rejects:
+            output.reject(first + position, *book.describe(batch.span, base + number, reason))
         ends = np.cumsum(batch.lengths)
         documents = np.split(batch.ids, ends[:-1]) if batch.kept else []
-        output.add_rows([index + p for p in batch.kept],
+        output.add_rows([first + p for p in batch.kept],
                         {"tokens": documents, "length": batch.lengths}, batch.sizes)
-        index += len(batch.kept) + len(batch.rejects)
+        first += batch.documents
         tokens += int(ends[-1]) if batch.kept else 0
         if progress is not None:
-            progress(index, tokens)
-    return index, tokens
+            progress(first, tokens)
+    return first, tokens
+
+
+def _drop_done(batch: TokenBatch, done: int) -> None:
+    """Leave out the batch's first `done` documents: a resumed run has them in OUT."""
+    if done <= 0:
+        return
+    kept = bisect.bisect_left(batch.kept, done)
+    batch.ids = batch.ids[sum(batch.lengths[:kept]):]
+    del batch.kept[:kept], batch.lengths[:kept], batch.sizes[:kept]
+    batch.rejects = [r for r in batch.rejects if r[0] >= done]

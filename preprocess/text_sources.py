@@ -1,11 +1,17 @@
-"""Documents from .txt (a line each, or a file each), .jsonl (one field) and .parquet files."""
+"""Documents from .txt (a line each, or a file each), .jsonl (one field) and .parquet files.
+
+A converter's worker reads its own span of a file (a byte range that starts and ends at line
+boundaries, or a run of Parquet row groups): the process that writes the shards never parses
+the inputs. Documents are numbered within their span; the writing process, which sees the
+spans in order, turns those numbers into the file's line or row numbers.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from datapipe.errors import ArgumentError, DataError
 
@@ -41,67 +47,101 @@ def list_text_files(sources: list[Path]) -> list[Path]:
     return files
 
 
+def file_kind(path: Path, options: TextOptions) -> str:
+    """How a file holds documents: "parquet", "jsonl", "file" (one) or "lines"."""
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return "parquet"
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    return "file" if options.doc_per_file else "lines"
+
+
+@dataclass(frozen=True)
+class TextSpan:
+    """One engine task: part of one file, read by the worker that tokenizes it."""
+
+    file: int  # index in the run's list of files
+    kind: str  # file_kind()
+    start: int  # first byte (a line's first), or first row group (Parquet)
+    stop: int  # byte or row group after the last
+
+
 @dataclass(frozen=True)
 class BadDocument:
-    """A record that holds no text (bad JSON, a null, a number): a reject with this reason."""
+    """A record that holds no text (bad JSON, a null, a number): a reject with this reason,
+    which the writing process prefixes with the file's name and the line or row."""
 
     reason: str
 
 
-Document = tuple[str, str | BadDocument]  # (where: file and line or row, text)
+Document = tuple[int, "str | BadDocument"]  # (line or row within the span, from 0; text)
 
 
-def iter_documents(files: list[Path], options: TextOptions) -> Iterator[Document]:
-    """Yield (where, text) for every document, `where` naming file and line or row."""
-    for path in files:
-        suffix = path.suffix.lower()
-        if suffix == ".parquet":
-            yield from _parquet(path, options.field)
-        elif suffix in (".jsonl", ".ndjson"):
-            yield from _jsonl(path, options.field)
-        elif options.doc_per_file:
-            yield str(path), _read_text(path)
-        else:
-            for number, line in enumerate(_read_text(path).splitlines(), 1):
-                yield f"{path}:{number}", line
+@dataclass
+class SpanDocuments:
+    documents: list[Document]
+    numbers: int  # lines (or rows) the span holds, blank lines included
+    saw_record: bool = False  # JSONL: the span holds a JSON object
+    lacks_field: int | None = None  # JSONL: the span's first object, when it lacks the field
 
 
-def _read_text(path: Path) -> str:
+def read_span(path: Path, span: TextSpan, text_field: str) -> SpanDocuments:
+    """The documents of `span` of the file at `path`."""
+    if span.kind == "parquet":
+        return _parquet_rows(path, span, text_field)
+    text = _read_text(path, span.start, span.stop)
+    if span.kind == "file":
+        # As text-mode reading gives it, which a document per file always had.
+        return SpanDocuments([(0, text.replace("\r\n", "\n").replace("\r", "\n"))], 1)
+    lines = text.splitlines()
+    if span.kind == "lines":
+        return SpanDocuments(list(enumerate(lines)), len(lines))
+    return _jsonl(lines, text_field)
+
+
+def _read_text(path: Path, start: int, stop: int) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, "rb") as file:
+            file.seek(start)
+            data = file.read(stop - start)
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {start + exc.start})") \
+            from None
     except OSError as exc:
         raise DataError(f"{path}: unreadable ({exc.strerror or exc})") from None
 
 
-def _jsonl(path: Path, field: str) -> Iterator[Document]:
-    """A bad line is a reject; a first record without the field means the wrong --field."""
-    seen_record = False
-    for number, line in enumerate(_read_text(path).splitlines(), 1):
+def _jsonl(lines: list[str], text_field: str) -> SpanDocuments:
+    """A bad line is a reject; whether a first object without the field means the wrong
+    --field is for the writing process to say, which knows the spans before this one."""
+    result = SpanDocuments([], len(lines))
+    for number, line in enumerate(lines):
         if not line.strip():
             continue
-        where = f"{path}:{number}"
         try:
             record = json.loads(line)
         except ValueError as exc:
-            yield where, BadDocument(f"{path.name} line {number}: not valid JSON ({exc.msg})")
+            result.documents.append((number, BadDocument(f"not valid JSON ({exc.msg})")))
             continue
-        if isinstance(record, dict) and field not in record and not seen_record:
-            raise DataError(f"{where}: no field {field!r} (choose one with --field)")
-        seen_record = seen_record or isinstance(record, dict)
-        yield where, _text_field(record, field, f"{path.name} line {number}")
+        if isinstance(record, dict) and not result.saw_record:
+            result.saw_record = True
+            if text_field not in record:
+                result.lacks_field = number
+        result.documents.append((number, _text_field(record, text_field)))
+    return result
 
 
-def _text_field(record: object, field: str, where: str) -> str | BadDocument:
+def _text_field(record: object, text_field: str) -> str | BadDocument:
     if not isinstance(record, dict):
-        return BadDocument(f"{where}: not a JSON object but {_json_kind(record)}")
-    if field not in record:
-        return BadDocument(f"{where}: no field {field!r}")
-    text = record[field]
+        return BadDocument(f"not a JSON object but {_json_kind(record)}")
+    if text_field not in record:
+        return BadDocument(f"no field {text_field!r}")
+    text = record[text_field]
     if isinstance(text, str):
         return text
-    return BadDocument(f"{where}: field {field!r} is {_json_kind(text)}, not a string")
+    return BadDocument(f"field {text_field!r} is {_json_kind(text)}, not a string")
 
 
 def _json_kind(value: object) -> str:
@@ -112,7 +152,8 @@ def _json_kind(value: object) -> str:
     return next((name for kind, name in kinds if isinstance(value, kind)), type(value).__name__)
 
 
-def _parquet(path: Path, field: str) -> Iterator[Document]:
+def open_parquet(path: Path, text_field: str) -> Any:
+    """The ParquetFile at `path`, checked to hold a text column `text_field`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -120,16 +161,23 @@ def _parquet(path: Path, field: str) -> Iterator[Document]:
         parquet = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises several types for a bad file
         raise DataError(f"{path}: unreadable Parquet ({exc})") from None
-    if field not in parquet.schema_arrow.names:
-        raise DataError(f"{path}: no column {field!r} (choose one with --field)")
-    kind = parquet.schema_arrow.field(field).type
+    if text_field not in parquet.schema_arrow.names:
+        raise DataError(f"{path}: no column {text_field!r} (choose one with --field)")
+    kind = parquet.schema_arrow.field(text_field).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise DataError(f"{path}: column {field!r} holds {kind}, not text "
+        raise DataError(f"{path}: column {text_field!r} holds {kind}, not text "
                         "(choose the text column with --field)")
-    row = 0
-    for batch in parquet.iter_batches(columns=[field], batch_size=4096):
-        for text in batch.column(0).to_pylist():
-            if text is None:
-                text = BadDocument(f"{path.name} row {row}: null text")
-            yield f"{path}#row{row}", text
-            row += 1
+    return parquet
+
+
+def _parquet_rows(path: Path, span: TextSpan, text_field: str) -> SpanDocuments:
+    parquet = open_parquet(path, text_field)
+    try:
+        table = parquet.read_row_groups(list(range(span.start, span.stop)),
+                                        columns=[text_field])
+    except Exception as exc:  # a corrupt row group
+        raise DataError(f"{path}: unreadable Parquet ({exc})") from None
+    texts = table.column(0).to_pylist()
+    documents = [(row, BadDocument("null text") if text is None else text)
+                 for row, text in enumerate(texts)]
+    return SpanDocuments(documents, len(texts))

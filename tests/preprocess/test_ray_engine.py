@@ -96,11 +96,11 @@ def _assert_batch_sizes_are_the_writers(spec: str) -> None:
 
     tokenizer = load_tokenizer(spec)
     dtype = Column("tokens", token_type_for_vocab(tokenizer.vocab_size)).numpy_dtype
-    batch = tokenize_batch(TokenWork(tokenizer, dtype, 2), [("a", d) for d in DOCS + [""]])
+    batch = tokenize_batch(TokenWork(tokenizer, dtype, 2), list(enumerate(DOCS + [""])))
     documents = np.split(batch.ids, np.cumsum(batch.lengths)[:-1])
     columns = (Column("tokens", f"tokens:{dtype}"), Column("length", "int32"))
     assert batch.sizes == rows_nbytes(columns, {"tokens": documents, "length": batch.lengths})
-    assert batch.rejects == [(len(DOCS), "a", "empty document")]
+    assert batch.rejects == [(len(DOCS), len(DOCS), None)]  # None: an empty document
 
 
 @pytest.mark.slow
