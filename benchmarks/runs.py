@@ -102,7 +102,7 @@ def least_disturbed(measure: Callable[[], Record], settle: float, retries: int,
         run["attempts"] = attempt + 1
         if best is None or run["others_cores"] < best["others_cores"]:
             best = run
-        if run["others_cores"] <= busy or attempt == retries:
+        if run["others_cores"] <= busy:
             break
         print(f"(disturbed: {run['others_cores']:.2f} cores of other work, again)", end=" ",
               flush=True)
