@@ -19,14 +19,9 @@ test: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# Every peer side by side (images, text, convert, gpu): bench-results/suite.md, .json, *.png.
 bench: setup
-	bash tools/setup.sh --bench
-	$(PY) -m benchmarks.bench_convert
-	$(PY) -m benchmarks.bench_loader
-	$(PY) -m benchmarks.bench_text
-	$(PY) -m benchmarks.bench_profiler
-	$(PY) -m benchmarks.bench_gpu
-	$(PY) -m benchmarks.bench_handoff
+	$(VENV)/bin/datapipe bench --suite all
 
 clean:
 	rm -rf $(VENV) demo-out bench-data bench-results

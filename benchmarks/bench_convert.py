@@ -662,11 +662,9 @@ def git_revision_of(checkout: Path) -> str:
     return result.stdout.strip() or "unknown revision"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.one:
-        child_main(args.one, args.job, args.result)
-        return 0
+def collect(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """Every tool measured as `args` say: the Markdown report and the results' data (machine,
+    meta with prepare_s and benchmark_s, outcomes, ...). Shared by main and the suite."""
     skip = skip_names(args.skip)
     outcomes = {p.name: initial_outcome((p.name, p.kind), skip, p.needs, dist_absent)
                 for p in PEERS}
@@ -687,9 +685,18 @@ def main(argv: list[str] | None = None) -> int:
                 prepare_s=round(prep_s, 1))
     _, bench_s = timed(lambda: run_all(args, inputs, outcomes, fidelity))
     meta["benchmark_s"] = round(bench_s, 1)
-    publish("convert", render(info, meta, outcomes), {
+    return render(info, meta, outcomes), {
         "machine": info, "meta": meta, "headline": headline(outcomes),
-        "outcomes": outcomes_data(outcomes)}, prep_s, bench_s)
+        "outcomes": outcomes_data(outcomes)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.one:
+        child_main(args.one, args.job, args.result)
+        return 0
+    report, data = collect(args)
+    publish("convert", report, data, data["meta"]["prepare_s"], data["meta"]["benchmark_s"])
     return 0
 
 

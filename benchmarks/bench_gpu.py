@@ -596,6 +596,14 @@ def main(argv: list[str] | None = None) -> int:
     if not cuda_available():
         print(SKIP_LINE, file=sys.stderr if args.require_cuda else sys.stdout)
         return NO_CUDA_EXIT if args.require_cuda else 0
+    report, data = collect(args)
+    publish("gpu", report, data, data["meta"]["prepare_s"], data["meta"]["benchmark_s"])
+    return 0
+
+
+def collect(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """Every tool measured as `args` say: the Markdown report and the results' data (machine,
+    meta with prepare_s and benchmark_s, summary, outcomes). Shared by main and the suite."""
     skip = skip_names(args.skip)
     outcomes = {k.name: initial_outcome((k.name,), skip, k.modules) for k in KINDS}
     info = announce_machine()
@@ -608,10 +616,9 @@ def main(argv: list[str] | None = None) -> int:
     _, bench_s = timed(lambda: run_all(args, job, outcomes))
     meta["benchmark_s"] = round(bench_s, 1)
     summary = summarise(outcomes)
-    publish("gpu", render(info, meta, outcomes), {
+    return render(info, meta, outcomes), {
         "machine": info, "meta": meta, "headline": headline(summary, outcomes),
-        "summary": summary, "outcomes": outcomes_data(outcomes)}, prep_s, bench_s)
-    return 0
+        "summary": summary, "outcomes": outcomes_data(outcomes)}
 
 
 if __name__ == "__main__":

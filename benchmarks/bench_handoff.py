@@ -409,11 +409,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.one:
-        child_main(args.one, args.job, args.result)
-        return 0
+def collect(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """Every tool measured as `args` say: the Markdown report and the results' data (machine,
+    meta with prepare_s and benchmark_s, summary, outcomes, jobs). Shared by main and the suite."""
     outcomes = initial_outcomes(skip_names(args.skip), cuda_available())
     for name, outcome in outcomes.items():
         if outcome.status.startswith("skipped: no CUDA"):
@@ -425,12 +423,21 @@ def main(argv: list[str] | None = None) -> int:
             "rate_workers": args.rate_workers, "epochs": args.epochs, "repeats": args.repeats,
             "torch": installed("torch"), "revision": git_revision()}
     _, bench_s = timed(lambda: run_all(args, shards, outcomes))
+    meta.update(prepare_s=round(prep_s, 1), benchmark_s=round(bench_s, 1))
     summary = summarise(outcomes)
-    publish("handoff", render(info, meta, outcomes), {
+    return render(info, meta, outcomes), {
         "machine": info, "meta": meta, "headline": headline(summary, args.batch_size),
         "summary": summary, "outcomes": outcomes_data(outcomes),
-        "jobs": {name: asdict(job_for(p, shards, args)) for name, p in PATHS_BY_NAME.items()}},
-        prep_s, bench_s)
+        "jobs": {name: asdict(job_for(p, shards, args)) for name, p in PATHS_BY_NAME.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.one:
+        child_main(args.one, args.job, args.result)
+        return 0
+    report, data = collect(args)
+    publish("handoff", report, data, data["meta"]["prepare_s"], data["meta"]["benchmark_s"])
     return 0
 
 

@@ -106,6 +106,7 @@ class Job:
     epochs: int  # measured, after the warm-up ones
     warmup: int = 1
     seed: int = 0
+    batch: int = BATCH
 
     @property
     def total_epochs(self) -> int:
@@ -192,7 +193,7 @@ def litdata_sample(item: dict[str, Any]) -> tuple[torch.Tensor, int]:
 def torch_batches(job: Job) -> Batches:
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(JpegFolder(job.data), batch_size=BATCH, shuffle=True,
+    loader = DataLoader(JpegFolder(job.data), batch_size=job.batch, shuffle=True,
                         num_workers=job.workers, persistent_workers=True)
     for epoch in range(job.total_epochs):
         for images, _ in loader:
@@ -202,7 +203,7 @@ def torch_batches(job: Job) -> Batches:
 def dali_pipeline(job: Job) -> Any:
     from nvidia.dali import Pipeline, fn, types
 
-    pipe = Pipeline(batch_size=BATCH, num_threads=job.workers, device_id=None, seed=job.seed)
+    pipe = Pipeline(batch_size=job.batch, num_threads=job.workers, device_id=None, seed=job.seed)
     with pipe:
         # pad_last_batch: an epoch ends on a batch boundary (the tail is padded with copies of
         # the last sample, which we drop), so every epoch is exactly the folder.
@@ -226,7 +227,7 @@ def dali_batches(job: Job) -> Batches:
     pipe = dali_pipeline(job)
     per_epoch = pipe.epoch_size("reader")
     for epoch in range(job.total_epochs):
-        for start in range(0, per_epoch, BATCH):
+        for start in range(0, per_epoch, job.batch):
             (images,) = pipe.run()
             # np.array copies: DALI reuses its output buffers on the next run.
             array = np.array(images.as_tensor())[: per_epoch - start]
@@ -239,7 +240,7 @@ def webdataset_batches(job: Job) -> Batches:
     urls = sorted(str(p) for p in Path(job.data).glob("*.tar"))
     dataset = (wds.WebDataset(urls, shardshuffle=len(urls), seed=job.seed)
                .shuffle(SHUFFLE_BUFFER).decode("pil").to_tuple("jpg", "cls")
-               .map_tuple(crop_flip, int).batched(BATCH))
+               .map_tuple(crop_flip, int).batched(job.batch))
     loader = wds.WebLoader(dataset, batch_size=None, num_workers=job.workers,
                            persistent_workers=True)
     for epoch in range(job.total_epochs):
@@ -251,7 +252,7 @@ def litdata_batches(job: Job) -> Batches:
     from litdata import StreamingDataLoader, StreamingDataset
 
     dataset = StreamingDataset(job.data, shuffle=True, seed=job.seed, transform=litdata_sample)
-    loader = StreamingDataLoader(dataset, batch_size=BATCH, num_workers=job.workers,
+    loader = StreamingDataLoader(dataset, batch_size=job.batch, num_workers=job.workers,
                                  persistent_workers=True)
     for epoch in range(job.total_epochs):
         for images, _ in loader:
@@ -262,18 +263,18 @@ def datapipe_batches(job: Job, decode: str) -> Batches:
     import datapipe as dp
 
     transform = dp.image.RandomResizedCrop(CROP) | dp.image.HorizontalFlip()
-    with dp.Loader(job.data, batch_size=BATCH, shuffle=True, seed=job.seed,
+    with dp.Loader(job.data, batch_size=job.batch, shuffle=True, seed=job.seed,
                    num_workers=job.workers, decode=decode, transform=transform) as loader:
         for epoch in range(job.total_epochs):
             for batch in loader:
                 yield epoch, batch["image"]
 
 
-def check_batch(images: torch.Tensor) -> None:
+def check_batch(images: torch.Tensor, batch: int) -> None:
     """Proof that the tool did the whole job: a full batch of 224 x 224 crops as uint8 CHW."""
     import torch
 
-    shape = (BATCH, 3, CROP, CROP)
+    shape = (batch, 3, CROP, CROP)
     if tuple(images.shape) != shape or images.dtype != torch.uint8:
         raise RuntimeError(f"first batch is {tuple(images.shape)} {images.dtype}, "
                            f"expected {shape} torch.uint8")
@@ -290,10 +291,10 @@ def measure(batches: Batches, job: Job) -> dict[str, Any]:
     arrivals: list[tuple[int, float, float]] = []  # (epoch, seconds, tree CPU seconds)
     for epoch, images in batches:
         if not arrivals:
-            check_batch(images)
+            check_batch(images, job.batch)
         arrivals.append((epoch, time.perf_counter(), tree_cpu_seconds()))
         per_epoch[epoch] += len(images)
-    first_size = min(BATCH, per_epoch[0])
+    first_size = min(job.batch, per_epoch[0])
     # The clock starts at the arrival before the first measured batch.
     start = max(0, next(i for i, a in enumerate(arrivals) if a[0] >= job.warmup) - 1)
     measured = sum(per_epoch[job.warmup:]) - (0 if job.warmup else first_size)
@@ -505,7 +506,7 @@ def run_all(args: argparse.Namespace, forms: dict[str, dict[str, Any]],
     """`args.repeats` rounds, each running every tool once, so drift spreads over all."""
     def attempt(name: str, run_dir: Path) -> Record:
         job = Job(forms[PEERS_BY_NAME[name].form]["path"], args.workers, args.epochs,
-                  args.warmup)
+                  args.warmup, batch=args.batch_size)
         return run_one(__file__, name, job, run_dir, CHILD_ENV)
 
     run_rounds(args.repeats, list(PEERS_BY_NAME), outcomes, BENCH_DATA / "loader-runs",
@@ -601,8 +602,9 @@ def notes(meta: dict[str, Any], outcomes: dict[str, Outcome]) -> list[str]:
         "torch and DALI read the original photos; WebDataset, LitData and datapipe read the "
         f"same photos re-encoded at shorter side 256, JPEG q90 (identical bytes). {made}; "
         "not timed.",
-        "DALI runs fixed-size batches: the last batch of each epoch is padded to 256 with "
-        f"copies of one sample ({-meta['photos']['count'] % BATCH} decoded and dropped per "
+        "DALI runs fixed-size batches: the last batch of each epoch is padded to "
+        f"{meta['batch']} with "
+        f"copies of one sample ({-meta['photos']['count'] % meta['batch']} decoded and dropped per "
         "epoch), the price of DALI's reader.",
         *epoch_problems(outcomes, meta["photos"]["count"]),
     ]
@@ -627,7 +629,7 @@ def render(info: dict[str, Any], meta: dict[str, Any], outcomes: dict[str, Outco
         f"Machine: {machine_line(info)}.", "",
         f"Job: {photos['count']} JPEG photos ({photos['megabytes']:.1f} MB, shorter side "
         f"{photos['min_short_side']}-{photos['max_short_side']} px) → random-resized crop "
-        f"{CROP} + horizontal flip → uint8 batches of {BATCH}, {meta['workers']} workers. "
+        f"{CROP} + horizontal flip → uint8 batches of {meta['batch']}, {meta['workers']} workers. "
         f"Each figure: median of {meta['repeats']} runs, each a fresh process iterating "
         f"{clocked(meta)}.", "",
         markdown_table(["tool", "reads", "images/s", "datapipe ÷ tool", "÷ ceiling",
@@ -651,6 +653,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--warmup", type=int, default=1, help="epochs per run before the clock starts (1)")
     add("--epochs", type=int, default=2, help="measured epochs per run, after the warm-up (2)")
     add("--repeats", type=int, default=3, help="runs per tool; the median counts (3)")
+    add("--batch-size", type=int, default=BATCH, help=f"images per batch ({BATCH})")
     add("--settle", type=float, default=10.0, help="wait up to this many seconds for other "
         "work on the machine to stop before each run (10)")
     add("--skip", default="", help="comma-separated: " + ", ".join(PEERS_BY_NAME))
@@ -659,9 +662,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--job", help=argparse.SUPPRESS)
     add("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if min(args.count, args.workers, args.epochs, args.repeats) < 1 or args.warmup < 0:
-        parser.error("--count, --workers, --epochs and --repeats must be positive, --warmup "
-                     "zero or more")
+    if min(args.count, args.workers, args.epochs, args.repeats, args.batch_size) < 1 \
+            or args.warmup < 0:
+        parser.error("--count, --workers, --epochs, --repeats and --batch-size must be "
+                     "positive, --warmup zero or more")
     check_skip(parser, args.skip, PEERS_BY_NAME)
     return args
 
@@ -677,10 +681,9 @@ def child_modes(args: argparse.Namespace) -> bool:
     return bool(args.one or args.prepare)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if child_modes(args):
-        return 0
+def collect(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """Every tool measured as `args` say: the Markdown report and the results' data (machine,
+    meta with prepare_s and benchmark_s, headline, outcomes). Shared by main and the suite."""
     skip = skip_names(args.skip)
     outcomes = {p.name: initial_outcome((p.name,), skip, p.modules) for p in PEERS}
     info = announce_machine()
@@ -688,12 +691,21 @@ def main(argv: list[str] | None = None) -> int:
     (forms, stats), prep_s = timed(lambda: (prepare_forms(photos, args.workers, outcomes),
                                             photo_stats(photos)))
     meta = {"photos": stats, "forms": forms, "workers": args.workers, "warmup": args.warmup,
-            "epochs": args.epochs, "repeats": args.repeats, "prepare_s": round(prep_s, 1)}
+            "epochs": args.epochs, "repeats": args.repeats, "batch": args.batch_size,
+            "prepare_s": round(prep_s, 1)}
     _, bench_s = timed(lambda: run_all(args, forms, outcomes))
     meta["benchmark_s"] = round(bench_s, 1)
-    publish("loader", render(info, meta, outcomes), {
+    return render(info, meta, outcomes), {
         "machine": info, "meta": meta, "headline": headline(outcomes),
-        "outcomes": outcomes_data(outcomes)}, prep_s, bench_s)
+        "outcomes": outcomes_data(outcomes)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if child_modes(args):
+        return 0
+    report, data = collect(args)
+    publish("loader", report, data, data["meta"]["prepare_s"], data["meta"]["benchmark_s"])
     return 0
 
 

@@ -637,11 +637,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.one:
-        child_main(args.one, args.job, args.result)
-        return 0
+def collect(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """Every tool measured as `args` say: the Markdown report and the results' data (machine,
+    meta with prepare_s and benchmark_s, outcomes, ...). Shared by main and the suite."""
     for key, value in CHILD_ENV.items():  # `datasets` must not reach the Hub here either
         os.environ.setdefault(key, value)
     skip = skip_names(args.skip)
@@ -656,10 +654,19 @@ def main(argv: list[str] | None = None) -> int:
             "prepare_s": round(prep_s, 1),
             "benchmark_s": round(bench_s, 1),
             "datasets_batch_size": make_job(VARIANTS[0], inputs, args.max_tokens).batch_size}
-    publish("text", render(info, meta, inputs, outcomes), {
+    return render(info, meta, inputs, outcomes), {
         "machine": info, "meta": meta, "inputs": asdict(inputs),
         "headline": headline(goals(outcomes)), "goals": goals(outcomes),
-        "outcomes": outcomes_data(outcomes)}, prep_s, bench_s)
+        "outcomes": outcomes_data(outcomes)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.one:
+        child_main(args.one, args.job, args.result)
+        return 0
+    report, data = collect(args)
+    publish("text", report, data, data["meta"]["prepare_s"], data["meta"]["benchmark_s"])
     return 0
 
 

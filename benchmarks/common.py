@@ -254,9 +254,11 @@ def goal_verdict(goal: float, ok: bool, unit: str = "×") -> str:
     return f"goal ≥ {goal:g}{unit}: {verdict(ok)}"
 
 
-def write_results(stem: str, markdown: str, data: dict[str, Any]) -> tuple[Path, Path]:
-    BENCH_RESULTS.mkdir(parents=True, exist_ok=True)
-    md, js = BENCH_RESULTS / f"{stem}.md", BENCH_RESULTS / f"{stem}.json"
+def write_results(stem: str, markdown: str, data: dict[str, Any],
+                  out: Path | None = None) -> tuple[Path, Path]:
+    out = out or BENCH_RESULTS  # looked up now: tests point it elsewhere
+    out.mkdir(parents=True, exist_ok=True)
+    md, js = out / f"{stem}.md", out / f"{stem}.json"
     md.write_text(markdown + "\n")
     js.write_text(json.dumps(data, indent=2) + "\n")
     return md, js

@@ -24,19 +24,24 @@ class BenchResult:
 
 def bench_loader(path: str | Path, *, batch_size: int, num_workers: int, decode: str,
                  crop: int, epochs: int, seed: int = 0, batches: int = 0,
-                 verify: str = "cheap") -> BenchResult:
+                 verify: str = "cheap", device: str = "cpu") -> BenchResult:
     """Iterate `epochs` epochs, or with `batches`, as many as it takes to time that many
     batches; the clock starts after the first batch (start-up, which includes hashing the
-    shards with verify="open", is reported separately as `first_batch_seconds`)."""
+    shards with verify="open", is reported separately as `first_batch_seconds`). On
+    device="cuda" batches arrive on the GPU by the loader's own path, and the clock stops
+    only once the GPU has finished with them."""
     import itertools
 
     import datapipe as dp
+    from datapipe.loader.device import resolve_device
+
+    finish = _device_sync(resolve_device(device))
 
     transform = dp.image.RandomResizedCrop(crop) | dp.image.HorizontalFlip()
     dp.Loader  # noqa: B018 - import torch and the loader before the clock starts
     started = time.perf_counter()
     with dp.Loader(path, batch_size=batch_size, num_workers=num_workers, decode=decode,
-                   transform=transform, seed=seed, verify=verify) as loader:
+                   transform=transform, seed=seed, verify=verify, device=device) as loader:
         samples, timed, first, clock = 0, 0, None, None
         for epoch in itertools.count() if batches else range(epochs):
             loader.set_epoch(epoch)
@@ -51,8 +56,36 @@ def bench_loader(path: str | Path, *, batch_size: int, num_workers: int, decode:
                     break
             if batches and (timed == batches or len(loader) == 0):
                 break
+        finish()
         elapsed = time.perf_counter() - clock if clock else 0.0
     return BenchResult(samples, elapsed, first or 0.0, timed)
+
+
+def _device_sync(device: Any) -> Any:
+    """What waits for the device's queued work (copies, transforms): nothing on the CPU."""
+    import torch
+
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def benchmarks_suite() -> Any:
+    """benchmarks/suite.py of the checkout this package runs from: the benchmarks are not
+    installed with the package, so a pip-installed datapipe has none."""
+    import importlib
+    import sys
+
+    from datapipe.errors import ArgumentError
+
+    checkout = Path(__file__).resolve().parent.parent
+    if not (checkout / "benchmarks" / "suite.py").is_file():
+        raise ArgumentError(f"--suite needs the benchmarks/ folder of a datapipe checkout, and "
+                            f"there is none beside {Path(__file__).parent}: run it from a "
+                            "clone of the repository (pip install -e .)")
+    if str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    return importlib.import_module("benchmarks.suite")
 
 
 def decode_ceiling(path: str | Path, workers: int, limit: int | None = None) -> float:

