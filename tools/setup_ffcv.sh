@@ -14,15 +14,22 @@ MARKER="$VENV/.ffcv-setup-1"
 # Debian packages: libturbojpeg for FFCV's JPEG decode, OpenCV for its resizes, pkg-config to
 # find both when ffcv's setup.py compiles its extension.
 DEBS="libturbojpeg0-dev libopencv-dev pkg-config"
-if ! command -v apt-get >/dev/null 2>&1 || [ "$(id -u)" != 0 ]; then
-  echo "error: FFCV needs $DEBS, installed with apt-get as root (Debian); install them and rerun" >&2
-  exit 1
+deb_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+debs_missing() { for deb in $DEBS; do deb_installed "$deb" || return 0; done; return 1; }
+if debs_missing; then
+  if ! command -v apt-get >/dev/null 2>&1 || [ "$(id -u)" != 0 ]; then
+    echo "setup_ffcv: FFCV needs Debian's $DEBS, installed with apt-get as root; install them" \
+      "and rerun" >&2
+    exit 1
+  fi
+  echo "setup_ffcv: installing $DEBS with apt-get ..."
+  apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $DEBS >/dev/null 2>&1; }
+  apt_install || { apt-get update -qq >/dev/null 2>&1 && apt_install; } || {
+    echo "setup_ffcv: apt-get could not install $DEBS" >&2
+    exit 1
+  }
 fi
-apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $DEBS >/dev/null 2>&1; }
-apt_install || { apt-get update -qq >/dev/null 2>&1 && apt_install; } || {
-  echo "error: apt-get could not install $DEBS" >&2
-  exit 1
-}
+apt_s=$SECONDS
 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 # pip, with this machine's noise about absent local indexes filtered out; a failure still fails.
@@ -30,6 +37,7 @@ pip_q() {
   "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2>&1 \
     | { grep -v "^WARNING: Location" || true; }
 }
+echo "setup_ffcv: making $VENV (torch CPU, numba, OpenCV, pillow, then ffcv) ..."
 pip_q install -U pip wheel setuptools
 # torch first, the CPU build this kind of machine carries; the constraints file keeps any later
 # requirement from replacing it with a multi-GB CUDA build.
@@ -44,3 +52,4 @@ pip_q install -c "$constraints" numba opencv-python-headless pillow numpy
 pip_q install -c "$constraints" --no-build-isolation ffcv
 "$VENV/bin/python" -c "import ffcv, torch; print('ffcv', ffcv.__version__, 'torch', torch.__version__)"
 touch "$MARKER"
+echo "setup_ffcv: done (apt-get $apt_s s, pip $((SECONDS - apt_s)) s)"
