@@ -48,8 +48,11 @@ trap 'rm -f "$constraints"' EXIT
   > "$constraints"
 pip_q install -c "$constraints" numba opencv-python-headless pillow numpy
 # ffcv's setup.py imports numpy and finds the system libraries with pkg-config, so it builds
-# against this venv rather than in an isolated one.
-pip_q install -c "$constraints" --no-build-isolation ffcv
-"$VENV/bin/python" -c "import ffcv, torch; print('ffcv', ffcv.__version__, 'torch', torch.__version__)"
+# against this venv rather than in an isolated one. 1.0.2 (the latest) builds and runs with
+# numpy 2 on Python 3.11.
+pip_q install -c "$constraints" --no-build-isolation "ffcv==${FFCV_VERSION:-1.0.2}"
+# ffcv.__version__ lags its releases: name the installed distributions instead.
+"$VENV/bin/python" -c "import ffcv.loader, torch; from importlib.metadata import version as v; \
+print('setup_ffcv: ffcv', v('ffcv'), 'torch', v('torch'), 'numpy', v('numpy'))"
 touch "$MARKER"
 echo "setup_ffcv: done (apt-get $apt_s s, pip $((SECONDS - apt_s)) s)"
