@@ -14,6 +14,7 @@ The job, for every tool: decode, random-resized crop to 224 (area 0.08-1, log-un
   litdata     LitData StreamingDataset over an optimize()d copy at shorter side 256
   datapipe    datapipe.Loader over `datapipe convert images` shards, decode="cpu"
   datapipe-dali   the same with decode="dali"
+  ffcv        FFCV's Loader over a .beton, in .venv-ffcv (benchmarks/ffcv_peer.py)
   ceiling     datapipe.bench.decode_ceiling: plain PIL decode of every stored image
 
 The three converted forms hold the same JPEG bytes (datapipe's own resize + re-encode), so
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import ffcv_peer
 from benchmarks.bench_convert import ensure_photos, list_photos, photo_stats
 from benchmarks.common import (
     BENCH_DATA,
@@ -356,10 +358,12 @@ PEERS = (
          functools.partial(datapipe_batches, decode="dali"),
          ("torch", "datapipe.loader", "nvidia.dali")),
     Peer("ceiling", "decode-only ceiling (full decode)", "datapipe", None),
+    Peer("ffcv", "FFCV Loader (.venv-ffcv)", "ffcv", ffcv_peer.ffcv_batches),
 )
 PEERS_BY_NAME = {p.name: p for p in PEERS}
 FORM_LABELS = {"photos": "JPEG folder", "webdataset": f"{PIECES} tar shards",
-               "litdata": f"{PIECES} LitData chunks", "datapipe": "datapipe shards"}
+               "litdata": f"{PIECES} LitData chunks", "datapipe": "datapipe shards",
+               "ffcv": ffcv_peer.FORM_LABEL}
 
 
 def child_main(name: str, job_json: str, result_file: Path) -> None:
@@ -421,7 +425,8 @@ def make_datapipe(src: Path, out: Path, workers: int) -> None:
 
 
 FORM_MAKERS: dict[str, Callable[[Path, Path, int], None]] = {
-    "webdataset": make_webdataset, "litdata": make_litdata, "datapipe": make_datapipe}
+    "webdataset": make_webdataset, "litdata": make_litdata, "datapipe": make_datapipe,
+    "ffcv": ffcv_peer.make_beton}
 
 
 def prepare_main(form: str, src: Path, out: Path, workers: int) -> None:
@@ -507,6 +512,8 @@ def run_all(args: argparse.Namespace, forms: dict[str, dict[str, Any]],
     def attempt(name: str, run_dir: Path) -> Record:
         job = Job(forms[PEERS_BY_NAME[name].form]["path"], args.workers, args.epochs,
                   args.warmup, batch=args.batch_size)
+        if name == "ffcv":  # its own venv
+            return ffcv_peer.run_one(job, run_dir)
         return run_one(__file__, name, job, run_dir, CHILD_ENV)
 
     run_rounds(args.repeats, list(PEERS_BY_NAME), outcomes, BENCH_DATA / "loader-runs",
@@ -686,6 +693,7 @@ def collect(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     meta with prepare_s and benchmark_s, headline, outcomes). Shared by main and the suite."""
     skip = skip_names(args.skip)
     outcomes = {p.name: initial_outcome((p.name,), skip, p.modules) for p in PEERS}
+    outcomes["ffcv"] = ffcv_peer.initial(skip)
     info = announce_machine()
     photos = ensure_photos(args.photos, args.count)
     (forms, stats), prep_s = timed(lambda: (prepare_forms(photos, args.workers, outcomes),

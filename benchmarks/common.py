@@ -202,8 +202,9 @@ def wait_for_quiet(limit_s: float, idle_cores: float = 0.2) -> float:
 
 
 def run_child(argv: list[str], result_file: Path, log_file: Path,
-              env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run `python *argv` in a fresh interpreter; it writes its answer as JSON to result_file.
+              env: dict[str, str] | None = None, python: str | None = None) -> dict[str, Any]:
+    """Run `python *argv` in a fresh interpreter (this one's executable, or `python`: a tool
+    that needs a venv of its own); it writes its answer as JSON to result_file.
 
     A fresh process per run keeps one tool's global state (multiprocessing start method, Rust
     thread pools, imported modules) from changing the next tool's numbers. Also returns the
@@ -213,9 +214,9 @@ def run_child(argv: list[str], result_file: Path, log_file: Path,
     result_file.unlink(missing_ok=True)
     busy, ours, start = machine_busy_seconds(), children_cpu_seconds(), time.perf_counter()
     with open(log_file, "w") as log:
-        proc = subprocess.run([sys.executable, *argv], stdout=log, stderr=subprocess.STDOUT,
-                              env={**os.environ, **(env or {})}, timeout=CHILD_TIMEOUT_S,
-                              check=False)
+        proc = subprocess.run([python or sys.executable, *argv], stdout=log,
+                              stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                              timeout=CHILD_TIMEOUT_S, check=False)
     wall = time.perf_counter() - start
     cpu = children_cpu_seconds() - ours
     others = max(0.0, machine_busy_seconds() - busy - cpu)

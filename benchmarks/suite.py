@@ -20,7 +20,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_convert, bench_gpu, bench_handoff, bench_loader, bench_text
+from benchmarks import (
+    bench_convert,
+    bench_gpu,
+    bench_handoff,
+    bench_loader,
+    bench_text,
+    ffcv_peer,
+)
 from benchmarks.common import REPO, cores, git_revision, installed, machine, write_results
 from benchmarks.suite_charts import draw
 from benchmarks.suite_report import Entry, Panel, report, update_readme
@@ -33,7 +40,7 @@ VERSIONS = {"torch": ("torch",), "pillow-simd": ("pillow-simd",), "pillow": ("pi
             "pyarrow": ("pyarrow",), "numpy": ("numpy",),
             "DALI": ("nvidia-dali-cuda130", "nvidia-dali-cuda120"), "kornia": ("kornia",),
             "webdataset": ("webdataset",), "litdata": ("litdata",), "datasets": ("datasets",),
-            "tokenizers": ("tokenizers",), "ffcv": ("ffcv",), "datapipe": ("datapipe",)}
+            "tokenizers": ("tokenizers",), "datapipe": ("datapipe",)}
 
 
 @dataclass(frozen=True)
@@ -216,6 +223,7 @@ def describe_machine() -> dict[str, Any]:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     versions = {label: next(filter(None, map(installed, dists)), None)
                 for label, dists in VERSIONS.items()}
+    versions["ffcv"] = ffcv_peer.version()  # in its own venv
     return {**machine(), "gpu": gpu, "versions": versions, "platform": platform.platform(),
             "date": datetime.date.today().isoformat(), "revision": git_revision()}
 
