@@ -12,7 +12,7 @@ from benchmarks.common import markdown_table, median
 from datapipe.errors import ArgumentError
 
 # Where a missing peer comes from; a peer not named here comes with the plain set-up.
-INSTALL_HINTS = {"ffcv": "its own environment .venv-ffcv (see benchmarks/ffcv_peer.py)"}
+INSTALL_HINTS = {"ffcv": "bash tools/setup_ffcv.sh (its own venv, .venv-ffcv)"}
 DEFAULT_INSTALL = "bash tools/setup.sh"
 README_START = "<!-- bench:start (written by `datapipe bench --suite all --readme`) -->"
 README_END = "<!-- bench:end -->"
