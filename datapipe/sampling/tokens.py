@@ -141,7 +141,7 @@ def _cut_sorted(chunk: np.ndarray, lengths: np.ndarray, max_tokens: int, pad_mul
     groups, i = [], 0
     while i < len(chunk):
         longest = int(round_up(int(lengths[chunk[i]]), pad_multiple))
-        rows = max(1, max_tokens // longest)
+        rows = max(1, max_tokens // max(1, longest))  # a chunk may end in empty documents
         if batch_size:
             rows = min(rows, batch_size)
         if batch_multiple > 1 and rows >= batch_multiple:
