@@ -159,7 +159,9 @@ class LoaderBase:
         return make_state(self._position, self._identity())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a position: the next pass continues it (a pass in progress ends)."""
+        """Restore a position: the next pass continues it (a pass in progress ends). The state
+        may come from any rank, also of another world size: every rank then loads the same one
+        and they share what is left of its epoch (sampling/elastic.py)."""
         position = restore_position(state, self._identity(), self._epoch_start)
         self._passes.retire()
         self._position = position
