@@ -205,3 +205,19 @@ def test_tokens_resume_at_another_world_size_see_the_rest_once(
     fresh, _ = run_world(make, worlds[-1], None, epoch=1)
     assert [[b["index"].tolist() for b in r] for r in next_epoch] == \
         [[b["index"].tolist() for b in r] for r in fresh], "then an ordinary epoch"
+
+
+def test_a_state_loaded_after_an_epoch_is_not_served_the_next_epoch_started_early(
+        data: dict[str, Path]) -> None:
+    """Workers start on epoch 1's fresh plan during epoch 0; a state for epoch 1 from another
+    world size loaded then must get its own plan, not that work."""
+    _, state = run_world(images(data["images"]), 2, None, 1, epoch=1)
+    with images(data["images"])(rank=0, world_size=3) as inline:
+        inline.load_state_dict(state)
+        expected = [b["index"].tolist() for b in inline]
+    with dp.Loader(data["images"], batch_size=3, num_workers=1, transform=CROP, rank=0,
+                   world_size=3) as loader:
+        list(loader)
+        assert loader._producer._carry is not None, "epoch 1 started during epoch 0"
+        loader.load_state_dict(state)
+        assert [b["index"].tolist() for b in loader] == expected
