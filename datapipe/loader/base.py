@@ -13,6 +13,9 @@ from datapipe.loader.distributed import check_group_unchanged
 from datapipe.loader.lifetime import close_at_exit
 from datapipe.loader.passes import PassGuard
 from datapipe.loader.progress_state import LoaderPosition, make_state, restore_position
+from datapipe.sampling.elastic import Remainder, follow
+
+_CACHED_PLANS = 2  # the epoch under way and the next one, which workers start on early
 
 
 class EpochSampler:
@@ -30,7 +33,8 @@ class EpochSampler:
 
 class LoaderBase:
     """Subclasses set `self._producer`, `self.rank`, `self.world_size` and implement
-    `_identity()`, `_plan(epoch)` and `_pass_batches()`, which begins with `_begin_epoch()`."""
+    `_identity()`, `_epoch_start(epoch)` (the epoch's `Remainder` before any batch) and
+    `_pass_batches()`, which begins with `_begin_epoch()`."""
 
     _producer: Any = None
     _prefetcher: Any = None  # downloads a remote dataset's next shards (format/prefetch.py)
@@ -42,6 +46,7 @@ class LoaderBase:
     def __init__(self, path: str | Path | None = None,
                  fields: Iterable[str] | None = None) -> None:
         self._position = LoaderPosition()
+        self._plans: dict[tuple[int, tuple[Any, ...]], Any] = {}
         # Whoever wants per-batch timings (the profiler) sets this; None costs nothing.
         self.observer: Any = None
         self._pending: dict[int, dict[str, Any]] = {}
@@ -125,8 +130,24 @@ class LoaderBase:
     def _identity(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _plan(self, epoch: int) -> Any:
+    def _epoch_start(self, epoch: int) -> Remainder:
         raise NotImplementedError
+
+    def _rank_plan(self, rest: Remainder) -> Any:
+        return rest.rank_plan(self.rank, self.world_size)
+
+    def _plan(self, epoch: int) -> Any:
+        """This rank's batches of `epoch`, or of what was left of it at a resume from another
+        world size. Built once per pass, not per batch, and kept: len(), the workers and the
+        prefetcher ask again, and the producer knows a plan it started early by its identity."""
+        lineage = self._position.lineage(epoch)
+        plan = self._plans.get((epoch, lineage))
+        if plan is None:
+            while len(self._plans) >= _CACHED_PLANS:
+                del self._plans[next(iter(self._plans))]
+            plan = self._rank_plan(follow(self._epoch_start(epoch), lineage, epoch))
+            self._plans[epoch, lineage] = plan
+        return plan
 
     def _upcoming(self, epoch: int) -> tuple[Any, int]:
         """The plan most likely to follow, for the workers to start on early."""
@@ -138,8 +159,10 @@ class LoaderBase:
         return make_state(self._position, self._identity())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a position: the next pass continues it (a pass in progress ends)."""
-        position = restore_position(state, self._identity(), lambda e: len(self._plan(e)))
+        """Restore a position: the next pass continues it (a pass in progress ends). The state
+        may come from any rank, also of another world size: every rank then loads the same one
+        and they share what is left of its epoch (sampling/elastic.py)."""
+        position = restore_position(state, self._identity(), self._epoch_start)
         self._passes.retire()
         self._position = position
 

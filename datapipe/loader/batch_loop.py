@@ -68,7 +68,8 @@ class BatchProducer:
             yield from self._inline(plan, epoch, start)
             return
         pool = self._pool or self._start_pool()
-        current = self._take_carry(epoch, start) or self._new_stream(plan, epoch, start, pool)
+        current = self._take_carry(plan, epoch, start) or self._new_stream(plan, epoch, start,
+                                                                           pool)
         following: _Stream | None = None
         try:
             for b in range(start, len(plan)):
@@ -91,9 +92,11 @@ class BatchProducer:
         self._in_flight, self._carry = 0, None
         return _Stream(plan, epoch, next(_generations), start)
 
-    def _take_carry(self, epoch: int, start: int) -> _Stream | None:
+    def _take_carry(self, plan: Plan, epoch: int, start: int) -> _Stream | None:
+        """The next epoch's stream started early, if it is this one (the same plan object: a
+        state loaded since may have made the epoch's plan another one)."""
         carry, self._carry = self._carry, None
-        if carry is not None and carry.epoch == epoch and start == 0:
+        if carry is not None and carry.plan is plan and carry.epoch == epoch and start == 0:
             return carry
         return None
 

@@ -25,7 +25,7 @@ from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
 from datapipe.loader.progress_state import check_counter, manifest_fingerprint
-from datapipe.sampling.order import EpochPlan
+from datapipe.sampling.order import EpochPlan, SampleRemainder, epoch_permutation
 from datapipe.system import available_cores
 
 DECODERS = ("cpu", "dali")
@@ -144,10 +144,9 @@ class Loader(LoaderBase):
 
     # --- the DataLoader-like surface -----------------------------------------------------
 
-    def _plan(self, epoch: int) -> EpochPlan:
-        return EpochPlan.build(self.num_samples, seed=self.seed, epoch=epoch,
-                               shuffle=self.shuffle, rank=self.rank, world_size=self.world_size,
-                               batch_size=self.batch_size, drop_last=self.drop_last)
+    def _epoch_start(self, epoch: int) -> SampleRemainder:
+        order = epoch_permutation(self.num_samples, self.seed, epoch, self.shuffle)
+        return SampleRemainder(order, self.batch_size, self.drop_last, self.shuffle)
 
     def _pass_batches(self) -> Iterator[dict[str, Any]]:
         epoch, start = self._begin_epoch()

@@ -10,10 +10,16 @@ from typing import Any
 from datapipe.errors import ArgumentError
 from datapipe.format.hashing import hash_bytes
 from datapipe.format.manifest import Manifest
+from datapipe.sampling.elastic import Remainder, Segment, follow, is_count, parse_lineage
 
 STATE_VERSION = 1
+# A state with segments (an epoch resumed at another world size) says version 2, so that a
+# datapipe that knows no segments refuses it instead of misreading its counters.
+ELASTIC_STATE_VERSION = 2
 # Identity entries that states saved by older versions lack: accepted when missing.
 _ADDED_LATER = ("manifest",)
+# Identity entries a state may be loaded across: the position they name is a global one.
+_ELASTIC = ("rank", "world_size")
 
 
 def check_counter(name: str, value: Any) -> int:
@@ -43,15 +49,24 @@ class LoaderPosition:
     epoch: int = 0
     batches_done: int = 0
     epoch_finished: bool = False
+    # The epoch's earlier segments at other world sizes; batches_done counts within what they
+    # left (sampling/elastic.py). Empty unless a state was loaded at another world size.
+    segments: tuple[Segment, ...] = ()
     epoch_named: bool = field(default=False, compare=False)  # set_epoch since the last pass
     restored: bool = field(default=False, compare=False)  # loaded, no pass since
     passed: bool = field(default=False, compare=False)  # a pass has begun on this position
 
     def set_epoch(self, epoch: int) -> None:
         epoch = check_counter("epoch", epoch)
-        if epoch != self.epoch:
+        if epoch != self.epoch or (self.segments and not self.restored):
+            # (the second: the next pass is a complete one, so its lineage goes)
             self.epoch, self.batches_done, self.epoch_finished = epoch, 0, False
+            self.segments = ()
         self.epoch_named = True
+
+    def lineage(self, epoch: int) -> tuple[Segment, ...]:
+        """The segments before the current one, for a plan of `epoch`."""
+        return self.segments if epoch == self.epoch else ()
 
     def next_pass(self) -> tuple[int, int]:
         """(epoch, first batch) of the pass the next iteration would begin.
@@ -72,26 +87,40 @@ class LoaderPosition:
     def begin_pass(self) -> int:
         """Called when an iteration starts; returns the first batch to produce."""
         epoch, start = self.next_pass()
+        continuing = self.restored and (epoch, start) == (self.epoch, self.batches_done)
         if (epoch, start) != (self.epoch, self.batches_done):
             self.epoch, self.batches_done, self.epoch_finished = epoch, start, False
+        if not continuing:
+            self.segments = ()
         self.epoch_named = self.restored = False
         self.passed = True
         return start
 
 
 def make_state(position: LoaderPosition, identity: dict[str, Any]) -> dict[str, Any]:
-    return {"version": STATE_VERSION, "epoch": position.epoch,
-            "batches_done": position.batches_done, "epoch_finished": position.epoch_finished,
-            "identity": identity}
+    state = {"version": STATE_VERSION, "epoch": position.epoch,
+             "batches_done": position.batches_done, "epoch_finished": position.epoch_finished,
+             "identity": identity}
+    if position.segments:
+        state["version"] = ELASTIC_STATE_VERSION
+        state["segments"] = [s.to_json() for s in position.segments]
+    return state
 
 
 def restore_position(state: dict[str, Any], identity: dict[str, Any],
-                     count_batches: Callable[[int], int]) -> LoaderPosition:
+                     epoch_start: Callable[[int], Remainder]) -> LoaderPosition:
     """The position a state names, once it is shown to come from this loader's dataset and
-    settings and to hold counters that make sense (`count_batches(epoch)`: batches in it)."""
-    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+    settings and to hold counters that make sense (`epoch_start(epoch)`: the epoch's batches,
+    as the loader plans them).
+
+    The state may come from any rank of any world size: its counters say what every rank of
+    its world drew. At the same world size the position carries on as it is; at another, what
+    the saved world drew becomes one more segment, and this world begins what is left.
+    """
+    version = state.get("version") if isinstance(state, dict) else None
+    if version not in (STATE_VERSION, ELASTIC_STATE_VERSION):
         raise ArgumentError(f"load_state_dict: not a datapipe loader state (version "
-                            f"{state.get('version') if isinstance(state, dict) else None!r})")
+                            f"{version!r})")
     _check_identity(state.get("identity"), identity)
     epoch = check_counter("load_state_dict: the state's epoch", state.get("epoch"))
     done = check_counter("load_state_dict: the state's batches_done", state.get("batches_done"))
@@ -99,21 +128,48 @@ def restore_position(state: dict[str, Any], identity: dict[str, Any],
     if not isinstance(finished, bool):
         raise ArgumentError("load_state_dict: the state's epoch_finished must be true or false, "
                             f"got {finished!r}")
-    total = count_batches(epoch)
+    saved_world = _saved_world(state["identity"])
+    lineage = parse_lineage(state.get("segments"))
+    rest = follow(epoch_start(epoch), lineage, epoch)
+    total = rest.batches_per_rank(saved_world)
     if done > total or (finished and done != total):
+        where = f" (after {len(lineage)} earlier segments)" if lineage else ""
         raise ArgumentError(f"load_state_dict: the state says {done} batches of epoch {epoch} "
                             f"were done{' (all of them)' if finished else ''}, but that epoch "
-                            f"has {total}")
-    position = LoaderPosition(epoch, done, finished)
+                            f"has {total}{where}")
+    position = _position_at(identity["world_size"], saved_world, epoch, done, finished, lineage,
+                            lambda: epoch_start(epoch))
     position.restored = True
     return position
+
+
+def _position_at(world: int, saved_world: int, epoch: int, done: int, finished: bool,
+                 lineage: tuple[Segment, ...],
+                 epoch_start: Callable[[], Remainder]) -> LoaderPosition:
+    """The saved position, seen from a world of `world` ranks."""
+    if world == saved_world:
+        return LoaderPosition(epoch, done, finished, lineage)
+    if finished:  # nothing of the epoch is left: only the next epoch matters, at this world
+        return LoaderPosition(epoch, epoch_start().batches_per_rank(world), True)
+    if done:
+        lineage = (*lineage, Segment(saved_world, done))
+    return LoaderPosition(epoch, 0, False, lineage)
+
+
+def _saved_world(saved: dict[str, Any]) -> int:
+    world, rank = saved.get("world_size"), saved.get("rank")
+    if not (is_count(world) and world >= 1 and is_count(rank) and rank < world):
+        raise ArgumentError(f"load_state_dict: the state's rank {rank!r} / world_size "
+                            f"{world!r} are impossible (need 0 <= rank < world_size)")
+    return int(world)
 
 
 def _check_identity(saved: Any, identity: dict[str, Any]) -> None:
     if not isinstance(saved, dict):
         raise ArgumentError(f"load_state_dict: the state has no identity (got {saved!r})")
     changed = {k: (saved.get(k), v) for k, v in identity.items()
-               if saved.get(k) != v and not (k in _ADDED_LATER and k not in saved)}
+               if saved.get(k) != v and not (k in _ADDED_LATER and k not in saved)
+               and k not in _ELASTIC}
     if "manifest" in changed:
         raise ArgumentError("load_state_dict: the state was saved over another dataset "
                             f"(manifest {saved['manifest']}, this one {identity['manifest']})")

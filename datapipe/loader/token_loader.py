@@ -25,12 +25,13 @@ from datapipe.loader.token_batches import TokenBatchBuilder
 from datapipe.sampling.order import epoch_permutation
 from datapipe.sampling.tokens import (
     LAYOUTS,
+    Pieces,
     TokenPlan,
+    TokenRemainder,
     check_fits_padded,
     plan_fixed,
     plan_packed,
     plan_padded,
-    split_by_rank,
 )
 from datapipe.text.collate import CollateOptions, collate
 from datapipe.text.index import document_lengths
@@ -43,7 +44,6 @@ BATCH_KEYS = {
               "max_seqlen"),
 }
 COMMON_KEYS = ("num_real_tokens", "efficiency", "index", "is_padding")
-_CACHED_PLANS = 2  # the epoch under way and the next one, which workers start on early
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,6 @@ class TokenLoader(LoaderBase):
             check_fits_padded(self.lengths, max_tokens, pad_to_multiple_of)  # fail early
         self._tokens_seen = 0
         self._tokens_computed = 0
-        self._plans: dict[int, _RankPlan] = {}
         self._producer = BatchProducer(
             functools.partial(TokenBatchBuilder, self.path, verify), num_workers, prefetch,
             self._max_batch_tokens() * self.token_dtype.itemsize, persistent)
@@ -169,30 +168,24 @@ class TokenLoader(LoaderBase):
 
     # --- plans ---------------------------------------------------------------------------
 
-    def _plan(self, epoch: int) -> _RankPlan:
-        """Epoch `epoch`'s batches for this rank (kept: len() and the workers ask again)."""
-        plan = self._plans.get(epoch)
-        if plan is None:
-            while len(self._plans) >= _CACHED_PLANS:
-                del self._plans[next(iter(self._plans))]
-            plan = self._plans[epoch] = self._make_plan(epoch)
-        return plan
-
-    def _make_plan(self, epoch: int) -> _RankPlan:
+    def _epoch_start(self, epoch: int) -> TokenRemainder:
         order = epoch_permutation(self.num_documents, self.seed, epoch, self.shuffle)
+        return TokenRemainder.start(order, self.lengths,
+                                    functools.partial(self._global_plan, epoch))
+
+    def _global_plan(self, epoch: int, pieces: Pieces) -> TokenPlan:
+        """All ranks' batches of `pieces` (an epoch, or what is left of it), in drawing order."""
         rng = np.random.default_rng([self.seed, epoch, 0x70C])
         if self.layout == "packed":
-            plan = plan_packed(order, self.lengths, self.max_tokens or 1 << 62,
-                               self.pad_to_multiple_of, self.batch_size)
-        elif self.layout == "padded":
-            plan = plan_padded(order, self.lengths, self.max_tokens or 1 << 62,
-                               self.pad_to_multiple_of, self.batch_size, self.batch_multiple_of,
-                               self.bucket_batches, rng)
-        else:
-            plan = plan_fixed(order, self.lengths, self.seq_len, self._rows_per_batch(),
-                              self.pack_window, rng)
-        mine, is_pad = split_by_rank(plan, self.rank, self.world_size)
-        return _RankPlan(mine, is_pad)
+            return plan_packed(pieces, self.max_tokens or 1 << 62, self.pad_to_multiple_of,
+                               self.batch_size)
+        if self.layout == "padded":
+            return plan_padded(pieces, self.max_tokens or 1 << 62, self.pad_to_multiple_of,
+                               self.batch_size, self.batch_multiple_of, self.bucket_batches, rng)
+        return plan_fixed(pieces, self.seq_len, self._rows_per_batch(), self.pack_window, rng)
+
+    def _rank_plan(self, rest: TokenRemainder) -> _RankPlan:
+        return _RankPlan(*rest.rank_plan(self.rank, self.world_size))
 
     # --- iteration -----------------------------------------------------------------------
 

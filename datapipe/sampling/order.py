@@ -1,16 +1,18 @@
 """Which samples a rank sees in an epoch, in which batches: a pure function of its inputs.
 
 Because the order depends only on (seed, epoch, rank, world size), resuming needs nothing but
-the number of batches already consumed.
+the number of batches already consumed (and, after a resume at another world size, the
+segments before it: see sampling/elastic.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from datapipe.errors import ArgumentError
+from datapipe.sampling.elastic import drawn_prefix
 
 
 def epoch_permutation(num_samples: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
@@ -54,8 +56,7 @@ class EpochPlan:
     def build(cls, num_samples: int, *, seed: int, epoch: int, shuffle: bool, rank: int,
               world_size: int, batch_size: int, drop_last: bool) -> EpochPlan:
         order = epoch_permutation(num_samples, seed, epoch, shuffle)
-        indices, is_pad = rank_share(order, rank, world_size)
-        return cls(indices, is_pad, batch_size, drop_last, group_reads=shuffle)
+        return SampleRemainder(order, batch_size, drop_last, shuffle).rank_plan(rank, world_size)
 
     def __len__(self) -> int:
         if self.drop_last:
@@ -80,3 +81,25 @@ class EpochPlan:
             order = np.argsort(idx, kind="stable")
             idx, pad = idx[order], pad[order]
         return idx, pad
+
+
+@dataclass(frozen=True)
+class SampleRemainder:
+    """The samples of an epoch not drawn yet, in epoch order, and how ranks batch them."""
+
+    order: np.ndarray
+    batch_size: int
+    drop_last: bool
+    group_reads: bool = True
+
+    def batches_per_rank(self, world_size: int) -> int:
+        share = -(-len(self.order) // world_size)
+        return share // self.batch_size if self.drop_last else -(-share // self.batch_size)
+
+    def after(self, world_size: int, batches_done: int) -> SampleRemainder:
+        drawn = drawn_prefix(len(self.order), world_size, batches_done, self.batch_size)
+        return replace(self, order=self.order[drawn:])
+
+    def rank_plan(self, rank: int, world_size: int) -> EpochPlan:
+        indices, is_pad = rank_share(self.order, rank, world_size)
+        return EpochPlan(indices, is_pad, self.batch_size, self.drop_last, self.group_reads)

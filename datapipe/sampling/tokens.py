@@ -1,7 +1,9 @@
 """Token plans: which pieces of which documents go in which row of which batch.
 
 Everything is a pure function of (lengths, seed, epoch, settings), so resuming a TokenLoader,
-even in the middle of a packing buffer, needs only the batch counter.
+even in the middle of a packing buffer, needs only the batch counter. Resuming at another world
+size plans the pieces of documents not drawn yet again, with the same planner
+(`TokenRemainder`).
 
 A plan is a sequence of *segments* (document, start, end), grouped into *rows* (one sequence
 of a batch; for the fixed layout, one packed row of `seq_len` tokens) and rows into *batches*.
@@ -10,11 +12,13 @@ of a batch; for the fixed layout, one packed row of `seq_len` tokens) and rows i
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from datapipe.errors import ArgumentError
+from datapipe.sampling.elastic import drawn_prefix
 
 LAYOUTS = ("packed", "padded", "fixed")
 
@@ -42,17 +46,33 @@ class TokenPlan:
                 self.row_offsets[r0:r1 + 1] - s0)
 
 
-def split_documents(order: np.ndarray, lengths: np.ndarray, max_len: int) -> tuple[np.ndarray,
-                                                                                   np.ndarray,
-                                                                                   np.ndarray]:
-    """Documents in `order`, each cut into consecutive pieces of at most `max_len` tokens."""
-    doc_len = lengths[order].astype(np.int64)
-    pieces = np.maximum(1, -(-doc_len // max_len))
-    doc = np.repeat(order, pieces)
-    first_piece = np.repeat(np.cumsum(pieces) - pieces, pieces)
-    k = np.arange(len(doc)) - first_piece
-    start = k * max_len
-    end = np.minimum(start + max_len, np.repeat(doc_len, pieces))
+@dataclass(frozen=True)
+class Pieces:
+    """Token ranges of documents, in the order a planner takes them: whole documents in epoch
+    order, or what is left of them when an epoch is resumed at another world size."""
+
+    doc: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    @classmethod
+    def whole(cls, order: np.ndarray, lengths: np.ndarray) -> Pieces:
+        return cls(order, np.zeros(len(order), dtype=np.int64), lengths[order].astype(np.int64))
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.end - self.start
+
+
+def split_documents(pieces: Pieces, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each piece cut into consecutive parts of at most `max_len` tokens."""
+    sizes = pieces.sizes
+    parts = np.maximum(1, -(-sizes // max_len))
+    doc = np.repeat(pieces.doc, parts)
+    first_part = np.repeat(np.cumsum(parts) - parts, parts)
+    k = np.arange(len(doc)) - first_part
+    start = np.repeat(pieces.start, parts) + k * max_len
+    end = np.minimum(start + max_len, np.repeat(pieces.end, parts))
     return doc, start, end
 
 
@@ -70,46 +90,49 @@ def _greedy_cuts(sizes: np.ndarray, budget: int, max_count: int | None) -> np.nd
     return np.asarray(cuts, dtype=np.int64)
 
 
-def plan_packed(order: np.ndarray, lengths: np.ndarray, max_tokens: int, pad_multiple: int,
+def plan_packed(pieces: Pieces, max_tokens: int, pad_multiple: int,
                 batch_size: int | None) -> TokenPlan:
     """Documents back to back, cut by token budget; longer documents are split to fit."""
     budget = (max_tokens // pad_multiple) * pad_multiple
-    doc, start, end = split_documents(order, lengths, budget)
+    doc, start, end = split_documents(pieces, budget)
     batch_offsets = _greedy_cuts(end - start, budget, batch_size)
     return TokenPlan(doc, start, end, np.arange(len(doc) + 1), batch_offsets)
 
 
-def check_fits_padded(lengths: np.ndarray, max_tokens: int, pad_multiple: int) -> None:
-    """Padded rows never split documents: each must fit the budget on its own."""
+def check_fits_padded(lengths: np.ndarray, max_tokens: int, pad_multiple: int,
+                      docs: np.ndarray | None = None) -> None:
+    """Padded rows never split documents: each must fit the budget on its own (`docs`: the
+    document of each length, if not its position)."""
     too_long = np.flatnonzero(round_up(lengths.astype(np.int64), pad_multiple) > max_tokens)
     if len(too_long):
-        d = int(too_long[0])
+        i = int(too_long[0])
+        d = i if docs is None else int(docs[i])
         raise ArgumentError(
-            f"document {d} has {int(lengths[d])} tokens, more than max_tokens={max_tokens} in "
+            f"document {d} has {int(lengths[i])} tokens, more than max_tokens={max_tokens} in "
             "layout='padded'; raise max_tokens, or use layout='packed' or 'fixed' (they split "
             "long documents)")
 
 
-def plan_padded(order: np.ndarray, lengths: np.ndarray, max_tokens: int, pad_multiple: int,
-                batch_size: int | None, batch_multiple: int, bucket_batches: int,
-                rng: np.random.Generator) -> TokenPlan:
+def plan_padded(pieces: Pieces, max_tokens: int, pad_multiple: int, batch_size: int | None,
+                batch_multiple: int, bucket_batches: int, rng: np.random.Generator) -> TokenPlan:
     """Length-bucketed batches: sort each mega-batch by length, then cut so that
-    rows x padded length stays within the budget (the length-grouped sampler's recipe)."""
-    check_fits_padded(lengths, max_tokens, pad_multiple)
-    padded = round_up(lengths[order].astype(np.int64), pad_multiple)
+    rows x padded length stays within the budget (the length-grouped sampler's recipe).
+    Pieces are whole documents here: padded rows never split one."""
+    sizes = pieces.sizes
+    check_fits_padded(sizes, max_tokens, pad_multiple, pieces.doc)
+    padded = round_up(sizes, pad_multiple)
     mean_rows = max(1, max_tokens // max(1, int(padded.mean()) if len(padded) else 1))
     mega = max(1, bucket_batches * mean_rows)
     groups: list[np.ndarray] = []
-    for lo in range(0, len(order), mega):
-        chunk = order[lo:lo + mega]
-        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
-        groups.extend(_cut_sorted(chunk, lengths, max_tokens, pad_multiple, batch_size,
+    for lo in range(0, len(sizes), mega):
+        chunk = np.arange(lo, min(lo + mega, len(sizes)))
+        chunk = chunk[np.argsort(-sizes[chunk], kind="stable")]
+        groups.extend(_cut_sorted(chunk, sizes, max_tokens, pad_multiple, batch_size,
                                   batch_multiple))
     groups = [groups[i] for i in rng.permutation(len(groups))]
-    doc = np.concatenate(groups) if groups else np.empty(0, dtype=np.int64)
+    at = np.concatenate(groups) if groups else np.empty(0, dtype=np.int64)
     batch_offsets = np.concatenate([[0], np.cumsum([len(g) for g in groups])]).astype(np.int64)
-    zeros = np.zeros(len(doc), dtype=np.int64)
-    return TokenPlan(doc, zeros, lengths[doc].astype(np.int64), np.arange(len(doc) + 1),
+    return TokenPlan(pieces.doc[at], pieces.start[at], pieces.end[at], np.arange(len(at) + 1),
                      batch_offsets)
 
 
@@ -118,7 +141,7 @@ def _cut_sorted(chunk: np.ndarray, lengths: np.ndarray, max_tokens: int, pad_mul
     groups, i = [], 0
     while i < len(chunk):
         longest = int(round_up(int(lengths[chunk[i]]), pad_multiple))
-        rows = max(1, max_tokens // longest)
+        rows = max(1, max_tokens // max(1, longest))  # a chunk may end in empty documents
         if batch_size:
             rows = min(rows, batch_size)
         if batch_multiple > 1 and rows >= batch_multiple:
@@ -128,11 +151,11 @@ def _cut_sorted(chunk: np.ndarray, lengths: np.ndarray, max_tokens: int, pad_mul
     return groups
 
 
-def plan_fixed(order: np.ndarray, lengths: np.ndarray, seq_len: int, rows_per_batch: int,
-               pack_window: int, rng: np.random.Generator) -> TokenPlan:
+def plan_fixed(pieces: Pieces, seq_len: int, rows_per_batch: int, pack_window: int,
+               rng: np.random.Generator) -> TokenPlan:
     """Rows of exactly `seq_len` tokens filled by best-fit-decreasing packing of whole
     documents (longer ones split into `seq_len` pieces), packed window by window."""
-    doc, start, end = split_documents(order, lengths, seq_len)
+    doc, start, end = split_documents(pieces, seq_len)
     rows: list[np.ndarray] = []
     for lo in range(0, len(doc), pack_window):
         rows.extend(_best_fit_decreasing(end[lo:lo + pack_window] - start[lo:lo + pack_window],
@@ -188,3 +211,51 @@ def split_by_rank(plan: TokenPlan, rank: int, world_size: int) -> tuple[TokenPla
     batch_offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
     return TokenPlan(plan.doc[seg], plan.start[seg], plan.end[seg], row_offsets,
                      batch_offsets), pad
+
+
+def undrawn_pieces(plan: TokenPlan, drawn_batches: int, epoch_place: np.ndarray) -> Pieces:
+    """The segments of the batches after the first `drawn_batches`, back in epoch order
+    (`epoch_place[d]`: document d's place in the epoch's order, then by start), with the pieces
+    of a document that meet joined again, so a planner sees what is left as it would a fresh
+    (shorter) epoch."""
+    first = plan.row_offsets[plan.batch_offsets[drawn_batches]]
+    doc, start, end = plan.doc[first:], plan.start[first:], plan.end[first:]
+    by_place = np.lexsort((start, epoch_place[doc]))
+    doc, start, end = doc[by_place], start[by_place], end[by_place]
+    if not len(doc):
+        return Pieces(doc, start, end)
+    continues = np.zeros(len(doc), dtype=bool)
+    continues[1:] = (doc[1:] == doc[:-1]) & (start[1:] == end[:-1])
+    heads = np.flatnonzero(~continues)
+    tails = np.append(heads[1:], len(doc)) - 1
+    return Pieces(doc[heads], start[heads], end[tails])
+
+
+@dataclass(frozen=True)
+class TokenRemainder:
+    """What is left of an epoch of token batches: its global plan (batches as the ranks draw
+    them round robin) and how to plan the pieces left after a segment."""
+
+    plan: TokenPlan
+    replan: Callable[[Pieces], TokenPlan]
+    epoch_place: np.ndarray  # per document: its place in the epoch's order
+
+    @classmethod
+    def start(cls, order: np.ndarray, lengths: np.ndarray,
+              replan: Callable[[Pieces], TokenPlan]) -> TokenRemainder:
+        place = np.empty(len(order), dtype=np.int64)
+        place[order] = np.arange(len(order))
+        return cls(replan(Pieces.whole(order, lengths)), replan, place)
+
+    def batches_per_rank(self, world_size: int) -> int:
+        return -(-len(self.plan) // world_size)
+
+    def after(self, world_size: int, batches_done: int) -> TokenRemainder:
+        drawn = drawn_prefix(len(self.plan), world_size, batches_done)
+        if drawn == 0:
+            return self
+        return replace(self, plan=self.replan(undrawn_pieces(self.plan, drawn,
+                                                             self.epoch_place)))
+
+    def rank_plan(self, rank: int, world_size: int) -> tuple[TokenPlan, np.ndarray]:
+        return split_by_rank(self.plan, rank, world_size)

@@ -12,6 +12,7 @@ failure the remaining scenarios run again in a fresh group, so a bug fails only 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import math
 import multiprocessing as mp
@@ -200,8 +201,10 @@ def _write_json(path: Path, value: Any) -> None:
 
 
 def _rank_main(rank: int, world: int, workdir: str, scenarios: tuple[str, ...],
-               data: dict[str, str]) -> None:
-    """One rank: join the group, run the scenarios in order, record results or the failure."""
+               data: dict[str, str], registry: str) -> None:
+    """One rank: join the group, run the scenarios (from module `registry`'s SCENARIOS) in
+    order, record results or the failure."""
+    known = importlib.import_module(registry).SCENARIOS
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)  # so the parent can kill this rank together with its loader workers
     torch.set_num_threads(1)
@@ -213,7 +216,7 @@ def _rank_main(rank: int, world: int, workdir: str, scenarios: tuple[str, ...],
         for name in scenarios:
             state["running"] = name
             _write_json(out / f"rank{rank}.json", state)
-            state["results"][name] = SCENARIOS[name](data)
+            state["results"][name] = known[name](data)
         state["running"] = "destroy_process_group"
         _write_json(out / f"rank{rank}.json", state)
         dist.barrier()
@@ -275,11 +278,11 @@ def _kill(process: Any) -> None:
 
 
 def _spawn(world: int, workdir: Path, scenarios: tuple[str, ...], data: dict[str, str],
-           deadline: float) -> Attempt:
+           deadline: float, registry: str) -> Attempt:
     workdir.mkdir(parents=True)
     context = mp.get_context("spawn")
     processes = [context.Process(target=_rank_main, name=f"datapipe-test-rank{rank}",
-                                 args=(rank, world, str(workdir), scenarios, data))
+                                 args=(rank, world, str(workdir), scenarios, data, registry))
                  for rank in range(world)]
     problems = []
     try:
@@ -307,8 +310,9 @@ def _spawn(world: int, workdir: Path, scenarios: tuple[str, ...], data: dict[str
 
 
 def launch(world: int, workdir: Path, scenarios: tuple[str, ...], data: dict[str, str],
-           timeout: float = LAUNCH_TIMEOUT) -> WorldRun:
-    """Run `scenarios` on `world` spawned ranks, within `timeout` seconds in all.
+           timeout: float = LAUNCH_TIMEOUT, registry: str = __name__) -> WorldRun:
+    """Run `scenarios` on `world` spawned ranks, within `timeout` seconds in all (their
+    functions: the SCENARIOS of module `registry`, which other test modules name).
 
     A scenario that fails (or hangs) stops its ranks; the scenarios after it run again in a
     fresh process group, so one bug fails only its own tests.
@@ -318,7 +322,7 @@ def launch(world: int, workdir: Path, scenarios: tuple[str, ...], data: dict[str
     remaining = tuple(scenarios)
     while remaining and time.monotonic() < started + timeout:
         attempt = _spawn(world, workdir / f"attempt{len(run.attempts)}", remaining, data,
-                         started + timeout)
+                         started + timeout, registry)
         run.attempts.append(attempt)
         culprits = {e["scenario"] for e in attempt.errors.values()} | set(attempt.running)
         if not culprits & set(remaining):
@@ -331,6 +335,10 @@ def launch(world: int, workdir: Path, scenarios: tuple[str, ...], data: dict[str
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return make_data(tmp_path_factory)
+
+
+def make_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """97 tiny images (3 classes) and 150 short documents, through the real converters."""
     root = tmp_path_factory.mktemp("distributed")
     src = root / "src"
