@@ -56,8 +56,10 @@ class Options:
 
     @classmethod
     def smoke_test(cls, suites: tuple[str, ...], out: Path, workers: int = 2) -> Options:
-        return cls(suites, repeats=1, photos=48, text_mb=1, workers=workers, out=out,
-                   smoke=True)
+        # Enough photos that every worker's share fills a batch of 16 (WebDataset's shards
+        # are split by worker, and the loaders check a full first batch).
+        return cls(suites, repeats=1, photos=max(48, 32 * workers), text_mb=1, workers=workers,
+                   out=out, smoke=True)
 
 
 # ---------------------------------------------------------------- what each script is asked
