@@ -17,7 +17,7 @@ STATE_VERSION = 1
 # datapipe that knows no segments refuses it instead of misreading its counters.
 ELASTIC_STATE_VERSION = 2
 # Identity entries that states saved by older versions lack: accepted when missing.
-_ADDED_LATER = ("manifest",)
+_ADDED_LATER = ("manifest", "bucket_batches", "pack_window")
 # Identity entries a state may be loaded across: the position they name is a global one.
 _ELASTIC = ("rank", "world_size")
 

@@ -223,12 +223,18 @@ class TokenLoader(LoaderBase):
         return self._tokens_seen / self._tokens_computed if self._tokens_computed else 1.0
 
     def _identity(self) -> dict[str, Any]:
-        return {"num_documents": self.num_documents, "layout": self.layout,
-                "max_tokens": self.max_tokens, "batch_size": self.batch_size,
-                "seq_len": self.seq_len, "shuffle": self.shuffle, "seed": self.seed,
-                "rank": self.rank, "world_size": self.world_size,
-                "pad_to_multiple_of": self.pad_to_multiple_of,
-                "batch_multiple_of": self.batch_multiple_of, "manifest": self._manifest}
+        identity = {"num_documents": self.num_documents, "layout": self.layout,
+                    "max_tokens": self.max_tokens, "batch_size": self.batch_size,
+                    "seq_len": self.seq_len, "shuffle": self.shuffle, "seed": self.seed,
+                    "rank": self.rank, "world_size": self.world_size,
+                    "pad_to_multiple_of": self.pad_to_multiple_of,
+                    "batch_multiple_of": self.batch_multiple_of, "manifest": self._manifest}
+        # What else shapes this layout's batches (only there: elsewhere they change nothing).
+        if self.layout == "padded":
+            identity["bucket_batches"] = self.bucket_batches
+        elif self.layout == "fixed":
+            identity["pack_window"] = self.pack_window
+        return identity
 
 
 def _check_text_dataset(ds: Dataset, tokenizer: str | None) -> None:

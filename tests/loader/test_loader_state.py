@@ -93,3 +93,26 @@ def test_a_state_saved_before_fingerprints_still_loads(datasets: dict[str, Path]
     changed = {**old, "identity": {**old["identity"], "seed": 3}}
     with images(datasets["a"]) as loader, pytest.raises(ArgumentError, match="seed 3 -> 0"):
         loader.load_state_dict(changed)
+
+
+@pytest.mark.parametrize(("layout", "setting", "values"), [
+    ("padded", "bucket_batches", (64, 2)),
+    ("fixed", "pack_window", (16384, 8)),
+])
+def test_a_token_state_with_other_batch_shaping_settings_is_refused(
+        datasets: dict[str, Path], layout: str, setting: str, values: tuple[int, int]) -> None:
+    """Settings that change a layout's batches name the state; states saved before they did
+    still load."""
+    def tokens(value: int) -> dp.TokenLoader:
+        return dp.TokenLoader(datasets["tokens"], max_tokens=64, seq_len=16, layout=layout,
+                              **{setting: value})
+
+    with tokens(values[0]) as loader:
+        next(iter(loader))
+        state = json.loads(json.dumps(loader.state_dict()))
+    with tokens(values[1]) as other, \
+            pytest.raises(ArgumentError, match=f"{setting} {values[0]} -> {values[1]}"):
+        other.load_state_dict(state)
+    del state["identity"][setting]
+    with tokens(values[1]) as other:
+        other.load_state_dict(state)
