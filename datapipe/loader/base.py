@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import weakref
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -38,6 +39,7 @@ class LoaderBase:
 
     _producer: Any = None
     _prefetcher: Any = None  # downloads a remote dataset's next shards (format/prefetch.py)
+    _prefetch_position: LoaderPosition | None = None  # what its process was forked with
     # The DataLoader attributes frameworks read. Lightning calls `sampler.set_epoch` and, having
     # found a sampler, reads `batch_sampler` too. No `dataset` attribute on purpose: Lightning
     # would try to rebuild the loader around a new sampler (`_update_dataloader`).
@@ -176,7 +178,10 @@ class LoaderBase:
 
     def _prefetch_from(self, epoch: int, batch: int) -> None:
         """Say which batch comes next, for a remote dataset's shard prefetcher (started on
-        first use, before any worker)."""
+        first use, before any worker, and anew when it would plan `epoch` otherwise)."""
+        if self._prefetcher is not None and self._prefetch_is_stale(epoch):
+            self._prefetcher.close()
+            self._prefetcher = None
         if self._prefetcher is None:
             from datapipe.format.sources import RemoteLocation
 
@@ -186,7 +191,15 @@ class LoaderBase:
             from datapipe.format.prefetch import ShardPrefetcher
 
             self._prefetcher = ShardPrefetcher(location, self._plan)
+            self._prefetch_position = copy.copy(self._position)
         self._prefetcher.advance(epoch, batch)
+
+    def _prefetch_is_stale(self, epoch: int) -> bool:
+        """The prefetcher's process plans with its forked copy of the position: after a state
+        loaded at another world size, or a whole pass over a resumed epoch, that copy's
+        lineage of `epoch` is not the loader's, and it would fetch another plan's shards."""
+        forked = self._prefetch_position
+        return forked is None or forked.lineage(epoch) != self._position.lineage(epoch)
 
     def _handed_out(self, b: int, num_batches: int) -> None:
         """Count batch b as delivered: positions count what the caller got, not what was

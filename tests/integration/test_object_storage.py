@@ -134,6 +134,54 @@ def test_prefetcher_downloads_the_shards_of_coming_batches(image_shards: Path, s
         assert len(list(iterator)) == len(loader) - 1
 
 
+def _wait_until_cached(cache: Path, names: set[str], seconds: float = 20) -> set[str]:
+    """The shards of `names` in the cache, once all are there or `seconds` have passed."""
+    deadline = time.monotonic() + seconds
+    while not names <= set(_cached_shards(cache)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return names & set(_cached_shards(cache))
+
+
+def test_a_state_from_another_world_size_restarts_the_prefetcher_on_the_new_plan(
+        image_shards: Path, s3_bucket: str, tmp_path: Path) -> None:
+    """The prefetch process plans with the position it was forked with: a state saved at
+    another world size starts a new one on what is left of the epoch, and so does a whole pass
+    over that epoch afterwards; the epoch after the resumed one, planned alike, does not."""
+    url = _uploaded(image_shards, s3_bucket)
+    manifest = json.loads((image_shards / "manifest.json").read_text())
+    ends = np.cumsum([s["rows"] for s in manifest["shards"]])
+    largest = max(p.stat().st_size for p in image_shards.glob("shard-*"))
+    settings = dict(batch_size=4, transform=CROP, shuffle=False, num_workers=0)
+    with dp.Loader(image_shards, rank=0, world_size=2, **settings) as saved:
+        batches = iter(saved)
+        for _ in range(6):  # the two ranks drew samples 0-47 of 60
+            next(batches)
+        state = saved.state_dict()
+    rest = {manifest["shards"][k]["name"]
+            for k in np.unique(np.searchsorted(ends, np.arange(48, 60), side="right"))}
+    # Its upcoming shards may fill half the cache: two or three shards, never the whole epoch.
+    with dp.Loader(url, rank=0, world_size=1, cache_size=5 * largest, **settings) as loader:
+
+        def prefetcher() -> int:
+            return loader._prefetcher._process.pid
+
+        next(iter(loader))
+        whole = prefetcher()
+        loader.load_state_dict(state)
+        resumed = iter(loader)
+        assert next(resumed)["index"].tolist() == [48, 49, 50, 51]  # read in this process
+        restarted = prefetcher()
+        assert restarted != whole
+        # Only the prefetcher reads beyond batch 0 yet: the rest of the epoch's shards.
+        assert _wait_until_cached(tmp_path / "cache", rest) == rest
+        assert [b["index"].tolist() for b in resumed] == [[52, 53, 54, 55], [56, 57, 58, 59]]
+        assert len(list(loader)) == 15  # epoch 1: no lineage, in either process
+        assert prefetcher() == restarted
+        loader.set_epoch(0)  # a whole epoch 0, which the forked copy plans as the resumed one
+        next(iter(loader))
+        assert prefetcher() != restarted
+
+
 def test_a_corrupt_object_is_fetched_twice_then_named(image_shards: Path, s3_bucket: str,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     url = _uploaded(image_shards, s3_bucket)
