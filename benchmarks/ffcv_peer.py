@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from benchmarks.bench_loader import Batches, Job
 
 VENV = REPO / ".venv-ffcv"
-SETUP_MARKER = ".ffcv-setup-1"  # written last by tools/setup_ffcv.sh
+SETUP_MARKER = ".ffcv-setup-2"  # written last by tools/setup_ffcv.sh
 SETUP_HINT = "run bash tools/setup_ffcv.sh"
 BETON = "data.beton"
 MAX_RESOLUTION = 341
