@@ -29,8 +29,11 @@ compiles the pipeline again, which its start-up time includes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Collection
@@ -48,12 +51,15 @@ if TYPE_CHECKING:
     from benchmarks.bench_loader import Batches, Job
 
 VENV = REPO / ".venv-ffcv"
-SETUP_MARKER = ".ffcv-setup-1"  # written last by tools/setup_ffcv.sh
+SETUP_MARKER = ".ffcv-setup-2"  # written last by tools/setup_ffcv.sh
 SETUP_HINT = "run bash tools/setup_ffcv.sh"
 BETON = "data.beton"
 MAX_RESOLUTION = 341
 JPEG_QUALITY = 90
 FORM_LABEL = f"FFCV .beton (its JPEG q{JPEG_QUALITY}, longer side <= {MAX_RESOLUTION})"
+# The .beton of a few thousand photos takes a minute or two; a writer still busy after this is
+# stuck (FFCV's waits on its workers have no timeout of their own).
+WRITE_TIMEOUT_S = 600
 MODULES = ("torch", "ffcv.loader")  # imported before the clock starts, as the other peers'
 
 
@@ -100,10 +106,32 @@ def run_one(job: Job, run_dir: Path) -> Record:
 
 def make_beton(src: Path, out: Path, workers: int) -> None:
     """bench_loader's maker of the "ffcv" form: `out` (absent when this starts) holding the
-    .beton, written by FFCV's own DatasetWriter in the ffcv venv."""
+    .beton, written by FFCV's own DatasetWriter in the ffcv venv. If the writer fails (an
+    unreadable photo, say) or is still busy after WRITE_TIMEOUT_S, raises RuntimeError with
+    its last word; none of its processes is left either way."""
     out.mkdir(parents=True)
-    subprocess.run([str(venv_python()), str(Path(__file__).resolve()), "--write", str(src),
-                    str(out / BETON), str(workers)], env=child_env(), check=True)
+    argv = [str(venv_python()), str(Path(__file__).resolve()), "--write", str(src),
+            str(out / BETON), str(workers)]
+    # A session of its own: the writer and its worker processes form one process group, which
+    # a failing worker ends (PhotoFolder) and which is ended here whatever happened.
+    with subprocess.Popen(argv, env={**child_env(), "TQDM_DISABLE": "1"},
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            errors = proc.communicate(timeout=WRITE_TIMEOUT_S)[1]
+        except subprocess.TimeoutExpired:
+            errors = f"still busy after {WRITE_TIMEOUT_S} s"
+        finally:
+            end_group(proc.pid)
+    if proc.returncode != 0:
+        print(errors.rstrip(), file=sys.stderr)  # the whole story, for the form's log
+        last = [line.strip() for line in errors.splitlines() if line.strip()][-1:]
+        raise RuntimeError(f"{out / BETON}: FFCV's writer failed (exit {proc.returncode})"
+                           + "".join(f": {line}" for line in last))
+
+
+def end_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------- the child's side (.venv-ffcv)
@@ -124,14 +152,24 @@ class PhotoFolder:
         from PIL import Image
 
         path, label = self.items[index]
-        with Image.open(path) as image:
-            return image.convert("RGB"), label
+        try:
+            with Image.open(path) as image:
+                return image.convert("RGB"), label
+        except Exception as exc:
+            # FFCV's writer waits forever for a worker process that died: name the photo and
+            # end the writer with all its workers (make_beton made them a process group).
+            print(f"{path}: cannot read this photo ({type(exc).__name__}: {exc})",
+                  file=sys.stderr, flush=True)
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+            raise  # not reached
 
 
 def write_beton(src: Path, path: Path, workers: int) -> None:
     from ffcv.fields import IntField, RGBImageField
     from ffcv.writer import DatasetWriter
 
+    if os.getpgrp() != os.getpid():  # not run by make_beton: PhotoFolder's kill stays in here
+        os.setpgrp()
     fields = {"image": RGBImageField(write_mode="jpg", max_resolution=MAX_RESOLUTION,
                                      jpeg_quality=JPEG_QUALITY),
               "label": IntField()}

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv-ffcv
-MARKER="$VENV/.ffcv-setup-1"
+MARKER="$VENV/.ffcv-setup-2"  # bumped when a finished venv must be redone
 [ -f "$MARKER" ] && exit 0
 
 # Debian packages: libturbojpeg for FFCV's JPEG decode, OpenCV for its resizes, pkg-config to
@@ -31,7 +31,9 @@ if debs_missing; then
 fi
 apt_s=$SECONDS
 
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+# No marker: a half-made venv, or one an older version of this script made (with a second
+# OpenCV, say, which pip would leave in place): start it afresh.
+"$PY" -m venv --clear "$VENV"
 # pip, with this machine's noise about absent local indexes filtered out; a failure still fails.
 pip_q() {
   "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2>&1 \
@@ -46,11 +48,15 @@ constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
 "$VENV/bin/python" -c "from importlib.metadata import version; print('torch==' + version('torch'))" \
   > "$constraints"
-pip_q install -c "$constraints" numba opencv-python-headless pillow numpy
+# ffcv's own requirements, but headless OpenCV instead of its opencv-python: both own the cv2
+# package, so having both leaves whichever was installed last; ffcv only encodes and resizes
+# with it. setuptools and wheel: --no-build-isolation builds ffcv with this venv's own.
+pip_q install -c "$constraints" numba opencv-python-headless pillow numpy \
+  terminaltables pytorch-pfn-extras fastargs assertpy tqdm psutil setuptools wheel
 # ffcv's setup.py imports numpy and finds the system libraries with pkg-config, so it builds
 # against this venv rather than in an isolated one. 1.0.2 (the latest) builds and runs with
-# numpy 2 on Python 3.11.
-pip_q install -c "$constraints" --no-build-isolation "ffcv==${FFCV_VERSION:-1.0.2}"
+# numpy 2 on Python 3.11. --no-deps: its requirements are the line above.
+pip_q install -c "$constraints" --no-build-isolation --no-deps "ffcv==${FFCV_VERSION:-1.0.2}"
 # ffcv.__version__ lags its releases: name the installed distributions instead.
 "$VENV/bin/python" -c "import ffcv.loader, torch; from importlib.metadata import version as v; \
 print('setup_ffcv: ffcv', v('ffcv'), 'torch', v('torch'), 'numpy', v('numpy'))"

@@ -5,6 +5,8 @@ bench_loader's command line, and the batches FFCV hands out."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -101,3 +103,44 @@ def test_ffcv_hands_out_uint8_chw_batches_without_datapipe(bench_run: dict) -> N
     assert result["batches"] == [
         [epoch, [n, 3, crop, crop], "torch.uint8"]
         for epoch in (0, 1) for n in (batch, PHOTOS - batch)]
+
+
+def processes_naming(text: str) -> list[int]:
+    """Live processes whose command line holds `text` (FFCV's forked workers share theirs)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:  # ended meanwhile
+            pass
+    return found
+
+
+@pytest.mark.slow
+@needs_ffcv
+def test_an_unreadable_photo_fails_the_beton_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ffcv_peer, "WRITE_TIMEOUT_S", 120)  # FFCV's writer alone would hang
+    photos = make_image_folder(tmp_path / "photos", classes=2, per_class=4, size=(72, 48))
+    bad = photos / "class_1" / "img_002.jpg"
+    bad.write_bytes(b"not a JPEG")
+    out = tmp_path / "form" / "ffcv"
+    with pytest.raises(RuntimeError, match=re.escape(f"{bad}: cannot read this photo")):
+        ffcv_peer.make_beton(photos, out, 2)
+    assert processes_naming(str(out / ffcv_peer.BETON)) == []
+
+
+@pytest.mark.slow
+@needs_ffcv
+def test_a_writer_past_its_timeout_is_ended_with_its_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ffcv_peer, "WRITE_TIMEOUT_S", 15)
+    photos = make_image_folder(tmp_path / "photos", classes=2, per_class=4, size=(72, 48))
+    stuck = photos / "class_1" / "img_002.jpg"
+    stuck.unlink()
+    os.mkfifo(stuck)  # a read that never returns, as from a hung network disk
+    out = tmp_path / "form" / "ffcv"
+    with pytest.raises(RuntimeError, match=r"writer failed \(exit -9\): still busy after 15 s"):
+        ffcv_peer.make_beton(photos, out, 2)
+    assert processes_naming(str(out / ffcv_peer.BETON)) == []
