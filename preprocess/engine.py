@@ -13,10 +13,17 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import queue
+import signal
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from multiprocessing import connection
+from multiprocessing.connection import Connection
+from multiprocessing.pool import ExceptionWithTraceback  # type: ignore[attr-defined]
 from typing import Any, Protocol, TypeVar
 
+from datapipe.errors import DatapipeError
 from preprocess.ray_engine import RayEngine
 
 C = TypeVar("C")
@@ -58,14 +65,8 @@ def ordered_window(submit: Callable[[T], Any], wait: Callable[[Any], R], tasks: 
 
 # One worker per core: a tokenizer's own thread pool would only oversubscribe them.
 SINGLE_THREADED = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-_context: Any = None
-
-
-def _install_context(context: Any) -> None:
-    global _context
-    _context = context
-    os.environ.update(SINGLE_THREADED)
+# Tasks queued in each worker's pipe beyond the one it runs: it never waits for the next.
+QUEUED_PER_WORKER = 2
 
 
 @contextlib.contextmanager
@@ -83,8 +84,141 @@ def _single_threaded() -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _run_with_context(work: Callable[[Any, T], R], task: T) -> R:
-    return work(_context, task)
+# This process's ends of its workers' pipes: a forked worker closes its copies, else a
+# sibling's pipe would stay open after this process dies and that sibling would wait forever.
+_parent_ends: list[Connection] = []
+
+
+def _serve(conn: Connection, work: Callable[[Any, Any], Any], context: Any) -> None:
+    """A worker: tasks in, results (or the exception, with its traceback) out, in order, until
+    told to stop or this process's parent is gone. Ctrl-C is the parent's to handle."""
+    for end in _parent_ends:
+        end.close()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.update(SINGLE_THREADED)
+    inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    threading.Thread(target=_take_tasks, args=(conn, inbox), daemon=True).start()
+    while (message := inbox.get()) is not None:
+        number, task = message
+        try:
+            reply = (number, True, work(context, task))
+        except Exception as exc:
+            reply = (number, False, ExceptionWithTraceback(exc, exc.__traceback__))
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        except Exception as exc:  # a result that cannot be pickled
+            conn.send((number, False, RuntimeError(f"unpicklable result: {exc}")))
+
+
+def _take_tasks(conn: Connection, inbox: queue.SimpleQueue[Any]) -> None:
+    """Read tasks as they come, so the parent's send never waits on a worker that is itself
+    waiting to send it a result (a deadlock, once both pipes' buffers are full)."""
+    try:
+        while (message := conn.recv()) is not None:
+            inbox.put(message)
+    except (EOFError, OSError):  # the parent is gone
+        pass
+    inbox.put(None)
+
+
+class _Workers:
+    """Forked processes, each fed through a pipe of its own by the calling thread, which also
+    reads the results as they arrive. No helper threads: multiprocessing.Pool's three (its
+    worker handler wakes up for every result waiting in the pipe) cost the process that
+    writes the shards CPU time and the GIL."""
+
+    def __init__(self, count: int, work: Callable[[Any, Any], Any], context: Any) -> None:
+        methods = mp.get_all_start_methods()
+        # fork: workers inherit imported modules and the context, so start-up costs
+        # milliseconds and the context is never pickled.
+        mp_context = mp.get_context("fork") if "fork" in methods else mp.get_context()
+        self.conns: list[Connection] = []
+        self.processes: list[Any] = []
+        try:
+            for _ in range(count):
+                parent, child = mp_context.Pipe()
+                _parent_ends.append(parent)
+                process = mp_context.Process(target=_serve, args=(child, work, context),
+                                              daemon=True)
+                process.start()
+                child.close()
+                self.conns.append(parent)
+                self.processes.append(process)
+        except BaseException:
+            self.stop(finished=False)
+            raise
+        self.queued = [0] * count
+
+    def send(self, worker: int, number: int, task: Any) -> None:
+        try:
+            self.conns[worker].send((number, task))
+        except OSError:  # BrokenPipeError, ConnectionResetError: it is gone
+            raise self._died(worker) from None
+        self.queued[worker] += 1
+
+    def receive(self) -> list[tuple[int, bool, Any]]:
+        """The replies that have arrived, waiting for at least one."""
+        busy = [conn for conn, queued in zip(self.conns, self.queued, strict=True) if queued]
+        replies = []
+        for conn in connection.wait(busy):
+            worker = self.conns.index(conn)
+            try:
+                replies.append(conn.recv())
+            except (EOFError, OSError):
+                raise self._died(worker) from None
+            self.queued[worker] -= 1
+        return replies
+
+    def _died(self, worker: int) -> DatapipeError:
+        process = self.processes[worker]
+        process.join(1)
+        return DatapipeError(f"a conversion worker (pid {process.pid}) died (exit code "
+                             f"{process.exitcode}); the journal keeps what was finished")
+
+    def stop(self, finished: bool) -> None:
+        """Finished: workers leave on their own (no signal reaches them); else terminated."""
+        for conn, process in zip(self.conns, self.processes, strict=False):
+            if finished:
+                with contextlib.suppress(OSError):
+                    conn.send(None)
+            elif process.is_alive():
+                process.terminate()
+        for conn, process in zip(self.conns, self.processes, strict=False):
+            process.join()
+            conn.close()
+            _parent_ends.remove(conn)
+
+
+def _ordered_replies(workers: _Workers, tasks: Iterable[T], window: int) -> Iterator[Any]:
+    """Each task to the least loaded worker, at most `window` beyond the one awaited; the
+    results yielded in task order (a task's exception raised in its turn)."""
+    tasks = iter(tasks)
+    replies: dict[int, tuple[bool, Any]] = {}
+    submitted = done = 0
+    more = True
+    while True:
+        while more and submitted - done < window and \
+                min(workers.queued) <= QUEUED_PER_WORKER:
+            task = next(tasks, _END)
+            if task is _END:
+                more = False
+                break
+            workers.send(workers.queued.index(min(workers.queued)), submitted, task)
+            submitted += 1
+        if done == submitted:
+            return
+        while done not in replies:
+            replies.update((n, (ok, value)) for n, ok, value in workers.receive())
+        ok, value = replies.pop(done)
+        done += 1
+        if not ok:
+            raise value
+        yield value
+
+
+_END = object()
 
 
 class LocalEngine:
@@ -101,23 +235,16 @@ class LocalEngine:
             with _single_threaded():
                 yield from (work(context, task) for task in tasks)
             return
-        # fork: workers inherit imported modules and the context, so start-up costs
-        # milliseconds and the context is never pickled.
-        methods = mp.get_all_start_methods()
-        mp_context = mp.get_context("fork") if "fork" in methods else mp.get_context()
-        pool = mp_context.Pool(self.workers, initializer=_install_context, initargs=(context,))
+        workers = _Workers(self.workers, work, context)
+        finished = False
         try:
-            yield from ordered_window(
-                lambda task: pool.apply_async(_run_with_context, (work, task)),
-                lambda result: result.get(), tasks, self.workers * TASKS_AHEAD_PER_WORKER)
-            pool.close()
-            pool.join()  # workers leave on their own: a signal would only stop them noisily
+            yield from _ordered_replies(workers, tasks, self.workers * TASKS_AHEAD_PER_WORKER)
+            finished = True
         finally:
-            pool.terminate()
-            pool.join()
+            workers.stop(finished)
 
     def close(self) -> None:
-        """Nothing held between runs: each map starts and ends its own pool."""
+        """Nothing held between runs: each map starts and ends its own workers."""
 
 
 def make_engine(name: str, workers: int, address: str | None = None) -> Engine:
