@@ -140,11 +140,11 @@ class _Workers:
             for _ in range(count):
                 parent, child = mp_context.Pipe()
                 _parent_ends.append(parent)
+                self.conns.append(parent)
                 process = mp_context.Process(target=_serve, args=(child, work, context),
                                               daemon=True)
                 process.start()
                 child.close()
-                self.conns.append(parent)
                 self.processes.append(process)
         except BaseException:
             self.stop(finished=False)
@@ -185,8 +185,9 @@ class _Workers:
                     conn.send(None)
             elif process.is_alive():
                 process.terminate()
-        for conn, process in zip(self.conns, self.processes, strict=False):
+        for process in self.processes:
             process.join()
+        for conn in self.conns:
             conn.close()
             _parent_ends.remove(conn)
 
