@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -45,21 +46,31 @@ def _binary_array(values: list) -> pa.Array:
                                  [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def write_arrow_shard(sink: BinaryIO, columns: tuple[Column, ...], data: dict[str, list]) -> None:
-    """Write one shard into the open binary file `sink`."""
-    arrays = []
-    for col in columns:
-        values = data[col.name]
-        if col.is_tokens:
-            arrays.append(_token_array(values, col.numpy_dtype))
-        elif col.type == "bytes":
-            arrays.append(_binary_array(values))
-        else:
-            arrays.append(pa.array(values, type=arrow_type(col)))
-    schema = pa.schema([pa.field(c.name, arrow_type(c), nullable=False) for c in columns])
-    batch = pa.record_batch(arrays, schema=schema)
-    with pa.PythonFile(sink, mode="w") as stream, pa.ipc.new_file(stream, schema) as writer:
-        writer.write_batch(batch)
+class ArrowShardStream:
+    """Writes an Arrow IPC file into `sink`: each append is one record batch."""
+
+    def __init__(self, sink: BinaryIO, columns: tuple[Column, ...]) -> None:
+        self._columns = columns
+        self._schema = pa.schema([pa.field(c.name, arrow_type(c), nullable=False)
+                                  for c in columns])
+        self._stream = pa.PythonFile(sink, mode="w")
+        self._writer = pa.ipc.new_file(self._stream, self._schema)
+
+    def append(self, data: dict[str, list]) -> None:
+        arrays = []
+        for col in self._columns:
+            values = data[col.name]
+            if col.is_tokens:
+                arrays.append(_token_array(values, col.numpy_dtype))
+            elif col.type == "bytes":
+                arrays.append(_binary_array(values))
+            else:
+                arrays.append(pa.array(values, type=arrow_type(col)))
+        self._writer.write_batch(pa.record_batch(arrays, schema=self._schema))
+
+    def finish(self) -> None:
+        self._writer.close()
+        self._stream.close()
 
 
 class ArrowShardReader(ShardReader):
@@ -86,8 +97,8 @@ class ArrowShardReader(ShardReader):
         self._check_structure(batches)
         self._table = table
         self.num_rows = table.num_rows
-        # Row -> (batch, local row): usually one batch per shard, but any number is read.
-        self._batch_starts = np.cumsum([0] + [b.num_rows for b in batches])
+        # Row -> (batch, local row): a batch per CHUNK_BYTES written, any number read.
+        self._batch_starts = np.cumsum([0] + [b.num_rows for b in batches]).tolist()
         self._payloads: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         for name, col in self.columns.items():
             if col.is_payload:
@@ -130,14 +141,18 @@ class ArrowShardReader(ShardReader):
         if len(views) == 1:
             offsets, values = views[0]
         else:
-            b = int(np.searchsorted(self._batch_starts, row, side="right")) - 1
+            b = bisect.bisect_right(self._batch_starts, row) - 1
             offsets, values = views[b]
-            row -= int(self._batch_starts[b])
+            row -= self._batch_starts[b]
         return values[offsets[row]:offsets[row + 1]]
 
     def payload_views(self, name: str) -> list[tuple[np.ndarray, np.ndarray]]:
         """(offsets, values) per record batch, for hot paths that slice many rows at once."""
         return self._payloads[name]
+
+    def batch_starts(self) -> list[int]:
+        """The first row of each record batch (the views of `payload_views`)."""
+        return self._batch_starts[:-1]
 
     def payload_lengths(self, name: str) -> np.ndarray | None:
         views = self._payloads.get(name)

@@ -32,27 +32,40 @@ def _encode_cell(col: Column, value: Any) -> Any:
     return value
 
 
-def write_msgpack_shard(f: BinaryIO, columns: tuple[Column, ...],
-                        data: dict[str, list]) -> None:
-    """Write one shard into the open binary file `f`."""
-    rows = len(data[columns[0].name]) if columns else 0
-    packer = msgpack.Packer(use_bin_type=True)
-    offsets = np.zeros(rows + 1, dtype="<u8")
-    f.write(MAGIC)
-    position = len(MAGIC)
-    for i in range(rows):
-        offsets[i] = position
-        record = packer.pack([_encode_cell(c, data[c.name][i]) for c in columns])
-        f.write(record)
-        position += len(record)
-    offsets[rows] = position
-    scalars = {c.name: np.asarray(data[c.name], dtype=c.numpy_dtype.newbyteorder("<"))
-               .tobytes() for c in columns if c.is_scalar}
-    footer = packer.pack({"rows": rows, "columns": [c.to_json() for c in columns],
-                          "offsets": offsets.tobytes(), "scalars": scalars})
-    f.write(footer)
-    f.write(_TAIL.pack(len(footer)))
-    f.write(MAGIC)
+class MsgpackShardStream:
+    """Writes a msgpack shard into `f`: records as rows are appended, the footer at the end."""
+
+    def __init__(self, f: BinaryIO, columns: tuple[Column, ...]) -> None:
+        self._file = f
+        self._columns = columns
+        self._packer = msgpack.Packer(use_bin_type=True)
+        self._offsets: list[int] = []
+        self._scalars: dict[str, list] = {c.name: [] for c in columns if c.is_scalar}
+        f.write(MAGIC)
+        self._position = len(MAGIC)
+
+    def append(self, data: dict[str, list]) -> None:
+        rows = len(data[self._columns[0].name]) if self._columns else 0
+        for i in range(rows):
+            self._offsets.append(self._position)
+            record = self._packer.pack([_encode_cell(c, data[c.name][i])
+                                        for c in self._columns])
+            self._file.write(record)
+            self._position += len(record)
+        for name, values in self._scalars.items():
+            values.extend(data[name])
+
+    def finish(self) -> None:
+        offsets = np.array([*self._offsets, self._position], dtype="<u8")
+        scalars = {c.name: np.asarray(self._scalars[c.name],
+                                      dtype=c.numpy_dtype.newbyteorder("<")).tobytes()
+                   for c in self._columns if c.is_scalar}
+        footer = self._packer.pack({"rows": len(self._offsets),
+                                    "columns": [c.to_json() for c in self._columns],
+                                    "offsets": offsets.tobytes(), "scalars": scalars})
+        self._file.write(footer)
+        self._file.write(_TAIL.pack(len(footer)))
+        self._file.write(MAGIC)
 
 
 class MsgpackShardReader(ShardReader):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import DataError
-from datapipe.format.hashing import HashingWriter
 from datapipe.format.schema import Column
 
 
@@ -91,21 +89,3 @@ def open_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...],
 
         return MsgpackShardReader(path, columns, first_sample, where, dataset)
     raise DataError(f"{path}: unknown shard format {shard_format!r}")
-
-
-def write_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...],
-                data: dict[str, list]) -> str:
-    """Write one shard from columnar lists (payloads as bytes or numpy arrays), fsynced; returns
-    the hash of its bytes, taken as they are written."""
-    if shard_format == "arrow":
-        from datapipe.format.arrow_shard import write_arrow_shard as write
-    elif shard_format == "msgpack":
-        from datapipe.format.msgpack_shard import write_msgpack_shard as write
-    else:
-        raise DataError(f"{path}: unknown shard format {shard_format!r}")
-    with open(path, "wb") as file:
-        sink = HashingWriter(file)
-        write(sink, columns, data)
-        file.flush()
-        os.fsync(file.fileno())
-    return sink.hash()

@@ -1,4 +1,4 @@
-"""Rolls samples into shards of a target size; each shard is written atomically."""
+"""Rolls samples into shards of a target size, written as they fill; each appears atomically."""
 
 from __future__ import annotations
 
@@ -13,9 +13,14 @@ import numpy as np
 
 from datapipe.format.manifest import SHARD_SUFFIX, ShardInfo
 from datapipe.format.schema import Column
-from datapipe.format.shard_reader import write_shard
+from datapipe.format.shard_file import ShardFile, create_shard
 
 SCALAR_NBYTES = 8
+# Rows go to the shard file in chunks of about this size (an Arrow record batch each): the
+# shard is written while it fills, not all at once when it is cut, so the last shard's writing
+# is not a serial tail after the workers are done. Cut by sample sizes alone, so the bytes do
+# not depend on how rows arrive (one by one, or in batches of any size).
+CHUNK_BYTES = 32 << 20
 
 
 def shard_name(index: int, shard_format: str) -> str:
@@ -44,29 +49,35 @@ def _cell_nbytes(value: Any) -> int:
 class ShardSetWriter:
     """Buffers samples and cuts a shard whenever the next sample would pass `target_bytes`.
 
-    Samples are never split across shards. A cut shard is written by a background thread while
-    the next one fills, so the process feeding samples waits on the disk only when it cuts a
-    shard before the previous one is written (one at a time, which bounds memory). Each is
-    written to a temporary name, fsynced and renamed, then `on_shard(info, tag)` is called, in
+    Samples are never split across shards. Within a shard, every `CHUNK_BYTES` of samples are
+    handed to a background thread that appends them to the shard's file while the next chunk
+    fills; the process feeding samples waits on the disk only when a chunk is ready before the
+    previous one is written (one at a time, which bounds memory). A shard is written under a
+    temporary name, fsynced and renamed when cut, then `on_shard(info, tag)` is called, in
     shard order, with the tag of the sample that opens the next shard: a reader never sees a
     partial shard.
     """
 
     def __init__(self, directory: str | Path, columns: tuple[Column, ...], shard_format: str,
                  target_bytes: int, first_index: int = 0,
-                 on_shard: Callable[[ShardInfo, Any], None] | None = None) -> None:
+                 on_shard: Callable[[ShardInfo, Any], None] | None = None,
+                 chunk_bytes: int | None = None) -> None:
         self.directory = Path(directory)
         self.columns = columns
         self.shard_format = shard_format
         self.target_bytes = target_bytes
+        self.chunk_bytes = chunk_bytes or CHUNK_BYTES
         self.next_index = first_index
         self.on_shard = on_shard
         self.shards: list[ShardInfo] = []
-        self._buffer: dict[str, list] = {c.name: [] for c in columns}
-        self._rows = 0
+        self._chunk: dict[str, list] = {c.name: [] for c in columns}
+        self._chunk_rows = 0
+        self._chunk_bytes = 0
+        self._rows = 0  # in the shard being filled, handed over or not
         self._bytes = 0
         self._background: ThreadPoolExecutor | None = None
-        self._writing: Future[ShardInfo] | None = None
+        self._writing: Future[None] | None = None
+        self._open: ShardFile | None = None  # the background thread's
 
     @property
     def buffered_rows(self) -> int:
@@ -87,31 +98,44 @@ class ShardSetWriter:
                 self.cut(tags[i] if tags is not None else None)
                 start = i
             self._bytes += size
+            self._chunk_bytes += size
+            if self._chunk_bytes >= self.chunk_bytes:
+                self._take(rows, start, i + 1)
+                self._hand_over(None)
+                start = i + 1
         self._take(rows, start, len(sizes))
 
     def _take(self, rows: dict[str, Sequence[Any]], start: int, stop: int) -> None:
         if stop > start:
-            for name, values in self._buffer.items():
+            for name, values in self._chunk.items():
                 values.extend(rows[name][start:stop])
             self._rows += stop - start
+            self._chunk_rows += stop - start
 
     def cut(self, tag: Any = None) -> None:
-        """Hand the buffered samples to the background writer as one shard (none if empty)."""
+        """End the shard being filled (none if empty): its last chunk and its closing go to the
+        background writer."""
         if not self._rows:
             return
-        name = shard_name(self.next_index, self.shard_format)
-        buffer, rows = self._buffer, self._rows
+        self._hand_over((self._rows, tag))
         self.next_index += 1
-        self._buffer = {c.name: [] for c in self.columns}
         self._rows = 0
         self._bytes = 0
+
+    def _hand_over(self, closing: tuple[int, Any] | None) -> None:
+        """The chunk filled so far to the background writer, then, given `closing` (the shard's
+        rows and tag), the shard's closing."""
+        chunk, self._chunk = self._chunk, {c.name: [] for c in self.columns}
+        chunk_rows, self._chunk_rows, self._chunk_bytes = self._chunk_rows, 0, 0
         self.wait()
         if self._background is None:
             self._background = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")
-        self._writing = self._background.submit(self._write, name, buffer, rows, tag)
+        name = shard_name(self.next_index, self.shard_format)
+        self._writing = self._background.submit(self._write, name, chunk if chunk_rows else None,
+                                                closing)
 
     def wait(self) -> None:
-        """Until the shard being written is written; its error, if any, is raised here."""
+        """Until the chunk being written is written; its error, if any, is raised here."""
         writing, self._writing = self._writing, None
         if writing is not None:
             writing.result()
@@ -125,21 +149,36 @@ class ShardSetWriter:
         return self.shards[-1] if cutting else None
 
     def close(self) -> None:
-        """Stop the background writer, after the shard it is writing (its error is dropped:
-        close runs when the run already failed, or after `flush` raised it)."""
+        """Stop the background writer, after the chunk it is writing (its error is dropped:
+        close runs when the run already failed, or after `flush` raised it); a shard left
+        unfinished stays under its temporary name."""
         with contextlib.suppress(Exception):
             self.wait()
         if self._background is not None:
             self._background.shutdown(wait=True)
             self._background = None
+        if self._open is not None:
+            self._open.abandon()
+            self._open = None
 
-    def _write(self, name: str, buffer: dict[str, list], rows: int, tag: Any) -> ShardInfo:
+    def _write(self, name: str, chunk: dict[str, list] | None,
+               closing: tuple[int, Any] | None) -> None:
+        """On the background thread: append `chunk` to shard `name` (opened on its first
+        chunk), then close the shard as `closing` says."""
+        tmp = self.directory / (name + ".tmp")
+        if chunk is not None:
+            if self._open is None:
+                self._open = create_shard(tmp, self.shard_format, self.columns)
+            self._open.append(chunk)
+        if closing is None:
+            return
+        rows, tag = closing
+        shard, self._open = self._open, None
+        assert shard is not None, "a shard is closed only after rows were appended"
+        digest = shard.finish()
         final = self.directory / name
-        tmp = final.with_name(name + ".tmp")
-        digest = write_shard(tmp, self.shard_format, self.columns, buffer)
         os.replace(tmp, final)
         info = ShardInfo(name=name, rows=rows, bytes=final.stat().st_size, hash=digest)
         self.shards.append(info)
         if self.on_shard is not None:
             self.on_shard(info, tag)
-        return info

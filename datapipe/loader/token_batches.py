@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,25 +15,38 @@ from datapipe.format.sources import Location
 from datapipe.loader.workers import BatchTask, worker_timing
 
 
+@dataclass(frozen=True)
+class TokenViews:
+    """A shard's token column as (offsets, values) per record batch, for direct slicing."""
+
+    starts: list[int]  # each batch's first row
+    views: list[tuple[np.ndarray, np.ndarray]]
+
+    def find(self, row: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """The views of the batch holding `row`, and its row number there."""
+        if len(self.views) == 1:
+            return (*self.views[0], row)
+        b = bisect.bisect_right(self.starts, row) - 1
+        return (*self.views[b], row - self.starts[b])
+
+
 class TokenBatchBuilder:
     def __init__(self, directory: str | Location, verify: str = "cheap") -> None:
         self.dataset = Dataset(directory, verify=verify)
         self.dtype = self.dataset.manifest.column("tokens").numpy_dtype
         self.vocab_size = _checkable_vocab_size(self.dataset.manifest, self.dtype)
-        self._views: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._views: dict[int, TokenViews | None] = {}
         # A remote dataset closes shards it no longer needs: their views must go too.
         self.dataset.on_close(lambda k: self._views.pop(k, None))
 
-    def _shard_views(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(offsets, values) of shard k's token column, for direct slicing."""
-        views = self._views.get(k)
-        if views is None:
+    def _shard_views(self, k: int) -> TokenViews | None:
+        """Shard k's token column for direct slicing; None for a format without offsets."""
+        if k not in self._views:
             reader = self.dataset.shard(k)
             get_views = getattr(reader, "payload_views", None)
-            views = get_views("tokens")[0] if get_views and len(get_views("tokens")) == 1 \
-                else None
-            self._views[k] = views
-        return views
+            self._views[k] = (TokenViews(reader.batch_starts(), get_views("tokens"))
+                              if get_views else None)
+        return self._views[k]
 
     def build(self, task: BatchTask, out: np.ndarray) -> dict[str, Any]:
         started = time.perf_counter()
@@ -43,8 +58,8 @@ class TokenBatchBuilder:
                                 strict=True):
             views = self._shard_views(k)
             if views is not None:
-                offsets, values = views
-                base = int(offsets[row])
+                offsets, values, local = views.find(row)
+                base = int(offsets[local])
                 tokens[pos:pos + e - s] = values[base + s:base + e]
             else:
                 tokens[pos:pos + e - s] = self._record_tokens(k, row)[s:e]

@@ -135,3 +135,42 @@ def test_rows_added_in_groups_cut_the_shards_one_by_one_would(tmp_path: Path, fm
         [s.to_json() for s in one_by_one.shards]
     opening_rows = np.cumsum([s.rows for s in writer.shards])[:-1].tolist()
     assert tags == [*opening_rows, "end"]
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "msgpack"])
+def test_a_shard_is_written_in_chunks_as_it_fills(tmp_path: Path, fmt: str) -> None:
+    """Rows reach the shard file a chunk at a time (an Arrow record batch each), so most of a
+    shard is on disk before it is cut. Chunks are cut by sample sizes alone: the bytes are the
+    same however rows arrive, every row reads back, and a msgpack shard's bytes do not depend
+    on the chunk size at all."""
+    chunked: list[Manifest] = []
+    for name, groups in [("one-by-one", [1] * 40), ("groups", [3, 11, 0, 19, 7])]:
+        directory = tmp_path / name
+        directory.mkdir()
+        writer = ShardSetWriter(directory, COLUMNS, fmt, 2000, chunk_bytes=150)
+        start = 0
+        for size in groups:
+            samples = [_sample(i) for i in range(start, start + size)]
+            rows = {c.name: [s[c.name] for s in samples] for c in COLUMNS}
+            writer.add_rows(rows, rows_nbytes(COLUMNS, rows))
+            start += size
+            if name == "groups" and start >= 14:  # a chunk was handed over mid-shard
+                assert any(p.suffix == ".tmp" for p in directory.iterdir())
+        writer.flush()
+        writer.close()
+        manifest = Manifest("test", fmt, COLUMNS, tuple(writer.shards))
+        manifest.save(directory)
+        chunked.append(manifest)
+    assert [s.to_json() for s in chunked[0].shards] == [s.to_json() for s in chunked[1].shards]
+    (tmp_path / "whole").mkdir()
+    whole = _write_dataset(tmp_path / "whole", fmt, n=40, target=2000)
+    assert [s.rows for s in whole.shards] == [s.rows for s in chunked[0].shards]
+    if fmt == "msgpack":
+        assert [s.hash for s in whole.shards] == [s.hash for s in chunked[0].shards]
+    with Dataset(tmp_path / "groups") as ds:
+        if fmt == "arrow":
+            assert len(ds.shard(0).batch_starts()) > 3, "150-byte chunks: several batches"
+        for i in range(40):
+            np.testing.assert_array_equal(ds[i]["tokens"], _sample(i)["tokens"])
+            assert bytes(ds[i]["image"]) == _sample(i)["image"]
+        np.testing.assert_array_equal(ds.scalar("label"), [i % 7 for i in range(40)])

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import datapipe as dp
+import datapipe.format.writer
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format import Dataset
 from tests.conftest import convert
@@ -226,3 +227,25 @@ def test_errors_are_clear(corpus: Path, tmp_path: Path) -> None:
     with pytest.raises(DataError, match="tokenized with 'bytes'"):
         dp.TokenLoader(corpus, max_tokens=512, tokenizer=str(other))
     dp.TokenLoader(corpus, max_tokens=512, tokenizer="bytes").close()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_shards_of_many_record_batches_give_the_same_batches(corpus: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             layout: str) -> None:
+    """A large shard is written as several record batches; the workers' direct slicing of the
+    token column finds each row in its batch."""
+    monkeypatch.setattr(datapipe.format.writer, "CHUNK_BYTES", 600)
+    source = corpus.parent / "a.txt"
+    chunked = tmp_path / "chunked"
+    convert("text", source, chunked, "--tokenizer", "bytes", "--append-eos",
+            "--shard-size", "8KB")
+    with Dataset(chunked) as ds:
+        assert min(len(ds.shard(k).batch_starts()) for k in range(ds.num_shards)) > 3
+
+    def batches(path: Path) -> list[list[int]]:
+        with dp.TokenLoader(path, layout=layout, num_workers=2, seed=3,
+                            **LAYOUTS[layout]) as loader:
+            return [b["input_ids"].tolist() for b in loader]
+
+    assert batches(chunked) == batches(corpus)

@@ -1,0 +1,61 @@
+"""Writing one shard file, a chunk of rows at a time, hashed as its bytes are written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Protocol
+
+from datapipe.errors import DataError
+from datapipe.format.hashing import HashingWriter
+from datapipe.format.schema import Column
+
+
+class ShardStream(Protocol):
+    """A shard format's writer: rows appended in chunks, then the closing bytes."""
+
+    def append(self, data: dict[str, list]) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class ShardFile:
+    """One shard being written at `path`, its rows appended a chunk at a time, so a large shard
+    is on disk (and hashed) while its last rows are still being made; `finish` fsyncs it."""
+
+    def __init__(self, path: str | Path, shard_format: str, columns: tuple[Column, ...]) -> None:
+        if shard_format == "arrow":
+            from datapipe.format.arrow_shard import ArrowShardStream as Stream
+        elif shard_format == "msgpack":
+            from datapipe.format.msgpack_shard import MsgpackShardStream as Stream
+        else:
+            raise DataError(f"{path}: unknown shard format {shard_format!r}")
+        self._file = open(path, "wb")  # noqa: SIM115 - closed by finish() or abandon()
+        self._sink = HashingWriter(self._file)
+        try:
+            self._stream: ShardStream = Stream(self._sink, columns)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def append(self, data: dict[str, list]) -> None:
+        """Append rows given column by column (payloads as bytes or numpy arrays)."""
+        self._stream.append(data)
+
+    def finish(self) -> str:
+        """Write the format's closing bytes, fsync and close; returns the hash of the file's
+        bytes, taken as they were written."""
+        with self._file:
+            self._stream.finish()
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        return self._sink.hash()
+
+    def abandon(self) -> None:
+        """Close without finishing (the run failed): the partial file stays for the next run to
+        clear."""
+        self._file.close()
+
+
+def create_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...]) -> ShardFile:
+    return ShardFile(path, shard_format, columns)
