@@ -90,20 +90,33 @@ class ShardSetWriter:
     def add_rows(self, rows: dict[str, Sequence[Any]], sizes: Sequence[int],
                  tags: Sequence[Any] | None = None) -> None:
         """Add `len(sizes)` samples given column by column, `sizes[i]` being row i's
-        `sample_nbytes`; the shards cut are the ones adding them one by one would cut."""
-        start = 0
-        for i, size in enumerate(sizes):
-            if (self._rows or i > start) and self._bytes + size > self.target_bytes:
-                self._take(rows, start, i)
-                self.cut(tags[i] if tags is not None else None)
-                start = i
-            self._bytes += size
-            self._chunk_bytes += size
-            if self._chunk_bytes >= self.chunk_bytes:
-                self._take(rows, start, i + 1)
+        `sample_nbytes`; the shards and chunks cut are the ones adding them one by one would
+        cut. Where they fall is searched for, not stepped to row by row: a text task brings
+        thousands of rows, and this runs on the thread that feeds the writer."""
+        total = np.cumsum(np.asarray(sizes, dtype=np.int64))  # bytes of rows 0..i
+        start, count = 0, len(total)
+        while start < count:
+            before = int(total[start - 1]) if start else 0
+            # The first row that would take the shard past its target (never its only row)...
+            cut = int(np.searchsorted(total, self.target_bytes - self._bytes + before, "right"))
+            cut = max(cut, start if self._rows else start + 1)
+            # ...and the row that fills the chunk.
+            full = int(np.searchsorted(total, self.chunk_bytes - self._chunk_bytes + before,
+                                       "left"))
+            if cut < count and cut <= full:
+                self._take(rows, start, cut)
+                self.cut(tags[cut] if tags is not None else None)
+                start = cut
+            elif full < count:
+                self._take(rows, start, full + 1)
+                self._bytes += int(total[full]) - before
                 self._hand_over(None)
-                start = i + 1
-        self._take(rows, start, len(sizes))
+                start = full + 1
+            else:
+                self._take(rows, start, count)
+                self._bytes += int(total[-1]) - before
+                self._chunk_bytes += int(total[-1]) - before
+                start = count
 
     def _take(self, rows: dict[str, Sequence[Any]], start: int, stop: int) -> None:
         if stop > start:

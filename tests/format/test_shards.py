@@ -174,3 +174,33 @@ def test_a_shard_is_written_in_chunks_as_it_fills(tmp_path: Path, fmt: str) -> N
             np.testing.assert_array_equal(ds[i]["tokens"], _sample(i)["tokens"])
             assert bytes(ds[i]["image"]) == _sample(i)["image"]
         np.testing.assert_array_equal(ds.scalar("label"), [i % 7 for i in range(40)])
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "msgpack"])
+def test_any_grouping_of_rows_cuts_the_same_shards_and_chunks(tmp_path: Path, fmt: str) -> None:
+    """Where shards and chunks end is searched for within a group of rows: random groups of
+    random sizes (some rows bigger than a chunk or a whole shard) give the bytes of adding the
+    rows one at a time."""
+    rng = np.random.default_rng(7)
+    samples = [{**_sample(i), "tokens": np.arange(int(n), dtype=np.uint16)}
+               for i, n in enumerate(rng.choice([0, 3, 20, 90, 400], size=120))]
+
+    def write(name: str, groups: list[int]) -> list[dict]:
+        (tmp_path / name).mkdir()
+        writer = ShardSetWriter(tmp_path / name, COLUMNS, fmt, 700, chunk_bytes=250)
+        start = 0
+        for size in groups:
+            group = samples[start:start + size]
+            rows = {c.name: [s[c.name] for s in group] for c in COLUMNS}
+            writer.add_rows(rows, rows_nbytes(COLUMNS, rows))
+            start += size
+        writer.flush()
+        writer.close()
+        return [s.to_json() for s in writer.shards]
+
+    one_by_one = write("single", [1] * 120)
+    assert sum(s["rows"] for s in one_by_one) == 120 and len(one_by_one) > 10
+    for attempt in range(3):
+        cuts = np.sort(rng.choice(np.arange(1, 120), size=12 + 9 * attempt, replace=False))
+        groups = np.diff([0, *cuts.tolist(), 120]).tolist()
+        assert write(f"groups-{attempt}", groups) == one_by_one
