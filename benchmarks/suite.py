@@ -7,13 +7,16 @@ The figures are then gathered into panels (one table and one chart each), and wr
 suite.json (the machine, every run of every tool raw and summarised, each script's own data),
 suite.md (the answer first, then the tables and charts), one PNG per panel, and each script's
 own detailed report (loader.md, text.md, ...). With `readme`, the PNGs also go to docs/bench/
-and README.md's marked region is rewritten from the same figures.
+and README.md's marked region is rewritten from these figures and, for the suites not run,
+those recorded in docs/bench/results.json by an earlier run (so the GPU suite can be run on a
+GPU machine alone).
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
 import platform
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -30,7 +33,15 @@ from benchmarks import (
 )
 from benchmarks.common import REPO, cores, git_revision, installed, machine, write_results
 from benchmarks.suite_charts import draw
-from benchmarks.suite_report import Entry, Panel, report, update_readme
+from benchmarks.suite_report import (
+    Entry,
+    Panel,
+    Section,
+    readme_report,
+    report,
+    update_readme,
+)
+from datapipe.errors import ArgumentError
 
 SUITES = ("images", "text", "convert", "gpu")
 NO_CUDA = "skipped: no CUDA device"
@@ -270,10 +281,40 @@ def publish(info: dict[str, Any], suites: dict[str, list[Panel]], scripts: dict[
         write_readme(info, suites, opts)
 
 
-def write_readme(info: dict[str, Any], suites: dict[str, list[Panel]], opts: Options) -> None:
-    README_CHARTS.mkdir(parents=True, exist_ok=True)
-    charts = {p.key: f"docs/bench/{p.key}.png" for ps in suites.values() for p in ps
-              if draw(p, info, README_CHARTS / f"{p.key}.png")}
-    update_readme(REPO / "README.md", report(info, suites, charts, settings_line(opts), level=3))
-    print(f"README.md's benchmark region and {README_CHARTS} updated", flush=True)
+def write_readme(info: dict[str, Any], suites: dict[str, list[Panel]], opts: Options,
+                 readme: Path = REPO / "README.md", charts_dir: Path = README_CHARTS) -> None:
+    """The README's region from these suites' results and, for the suites not run now, those
+    an earlier `--readme` run recorded in CHARTS_DIR/results.json: the GPU figures can come
+    from a GPU machine and the rest from another, each with its machine named. A GPU suite
+    that found no CUDA device keeps the GPU figures recorded before it."""
+    charts_dir.mkdir(parents=True, exist_ok=True)
+    record = charts_dir / "results.json"
+    sections = load_sections(record)
+    for name, panels in suites.items():
+        if name == "gpu" and panels[0].entries[0].status == NO_CUDA and name in sections:
+            print("== gpu: no CUDA device here; the README keeps the GPU figures of "
+                  f"{sections[name].machine['date']} ({sections[name].machine['gpu']})",
+                  flush=True)
+            continue
+        sections[name] = Section(info, settings_line(opts), panels)
+        for panel in panels:
+            draw(panel, info, charts_dir / f"{panel.key}.png")
+    ordered = {name: sections[name] for name in SUITES if name in sections}
+    record.write_text(json.dumps({n: s.data() for n, s in ordered.items()}, indent=2) + "\n")
+    prefix = Path(os.path.relpath(charts_dir, readme.parent)).as_posix()
+    charts = {p.key: f"{prefix}/{p.key}.png" for s in ordered.values() for p in s.panels
+              if (charts_dir / f"{p.key}.png").is_file()}
+    update_readme(readme, readme_report(ordered, charts))
+    print(f"{readme}'s benchmark region and {charts_dir} updated", flush=True)
 
+
+def load_sections(record: Path) -> dict[str, Section]:
+    """The suites' results an earlier `--readme` run recorded (none if there is no record)."""
+    try:
+        data = json.loads(record.read_text())
+        return {name: Section.from_data(section) for name, section in data.items()}
+    except FileNotFoundError:
+        return {}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ArgumentError(f"{record}: not a record of benchmark results ({exc}); delete it "
+                            "and rerun with --suite all --readme") from None

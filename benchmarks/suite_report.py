@@ -64,6 +64,14 @@ class Panel:
                 "baseline": self.baseline, "higher_is_better": self.higher_is_better,
                 "job": self.job, "entries": [e.summary() for e in self.entries]}
 
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> Panel:
+        """The panel `data()` describes."""
+        entries = [Entry(e["name"], e["label"], e["status"], list(e["values"]), e["ours"],
+                         e["reference"]) for e in data["entries"]]
+        return cls(data["key"], data["title"], data["unit"], entries, data["lead"],
+                   data["baseline"], data["higher_is_better"], data["job"])
+
 
 STATUS_CHARS = 160  # a failure's whole message is in the script's own report and log
 
@@ -165,6 +173,45 @@ def report(info: dict[str, Any], suites: dict[str, list[Panel]], charts: dict[st
         parts += ["", f"{'#' * (level + 1)} {name}", ""]
         parts += [panel_markdown(p, charts.get(p.key), level + 2) + "\n"
                   for p in suite_panels]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+@dataclass
+class Section:
+    """One suite's panels as the README shows them, with the machine that measured them."""
+
+    machine: dict[str, Any]
+    settings: str
+    panels: list[Panel]
+
+    def data(self) -> dict[str, Any]:
+        return {"machine": self.machine, "settings": self.settings,
+                "panels": [p.data() for p in self.panels]}
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> Section:
+        return cls(data["machine"], data["settings"],
+                   [Panel.from_data(p) for p in data["panels"]])
+
+
+def readme_report(sections: dict[str, Section], charts: dict[str, str]) -> str:
+    """The README region: every panel's answer first, then each suite. Suites measured on one
+    machine in one run share one machine paragraph; otherwise (the GPU suite from a GPU
+    machine, the rest from another) each names its own."""
+    if not sections:
+        return ""
+    panels = [p for section in sections.values() for p in section.panels]
+    parts = [*[f"- **{answer(p)}**" for p in panels], ""]
+    first = next(iter(sections.values()))
+    shared = all(s.machine == first.machine and s.settings == first.settings
+                 for s in sections.values())
+    if shared:
+        parts += [*machine_lines(first.machine), "", first.settings]
+    for name, section in sections.items():
+        parts += ["", f"#### {name}", ""]
+        if not shared:
+            parts += [*machine_lines(section.machine), "", section.settings, ""]
+        parts += [panel_markdown(p, charts.get(p.key), 5) + "\n" for p in section.panels]
     return "\n".join(parts).rstrip() + "\n"
 
 

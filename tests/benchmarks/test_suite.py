@@ -106,3 +106,58 @@ def test_readme_region_is_replaced_between_its_markers(tmp_path: Path) -> None:
     readme.write_text("# no markers\n")
     with pytest.raises(ArgumentError, match="no <!-- bench:start"):
         update_readme(readme, "x")
+
+
+def _machine(gpu: str, date: str) -> dict:
+    return {"cpu": f"CPU of {gpu}", "cores": 2, "ram_gb": 24.0, "gpu": gpu, "python": "3.11",
+            "pil": "pillow-simd", "versions": {"torch": "2.13.0"}, "date": date,
+            "revision": "abc1234"}
+
+
+def _gpu_panel(rate: float) -> list:
+    return [suite.Panel("gpu", "Loading onto the GPU", "images/s",
+                        [suite.Entry("ours", "datapipe", "ok", [rate, rate + 1], ours=True),
+                         suite.Entry("dali", "DALI GPU pipeline", "ok", [rate / 2] * 2)],
+                        lead="ours", baseline="dali")]
+
+
+def test_readme_keeps_the_suites_not_run_and_gpu_figures_from_a_gpu_machine(
+        tmp_path: Path) -> None:
+    """The GPU suite can be run alone on a GPU machine: the README then shows its figures under
+    that machine, and the other suites' as recorded, under theirs; a later run without CUDA
+    keeps the GPU figures."""
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{README_START}\n{README_END}\n")
+    charts = tmp_path / "docs" / "bench"
+    opts = suite.Options(("images", "gpu"), workers=2)
+    images = [suite.Panel("images", "Image loading", "images/s",
+                          [suite.Entry("ours", "datapipe", "ok", [900.0, 1000.0], ours=True),
+                           suite.Entry("torch", "torch DataLoader", "ok", [300.0, 310.0])],
+                          lead="ours", baseline="torch")]
+    cpu_box = _machine("none", "2026-11-23")
+    suite.write_readme(cpu_box, {"images": images, "gpu": [suite.skipped_gpu_panel()]}, opts,
+                       readme, charts)
+    first = readme.read_text()
+    assert first.count("Machine: CPU of none") == 1 and "skipped: no CUDA device" in first
+    assert "![Image loading](docs/bench/images.png)" in first
+
+    gpu_box = _machine("NVIDIA H200", "2026-11-24")
+    suite.write_readme(gpu_box, {"gpu": _gpu_panel(4000.0)},
+                       suite.Options(("gpu",), workers=16), readme, charts)
+    both = readme.read_text()
+    assert "Machine: CPU of none" in both and "Machine: CPU of NVIDIA H200" in both
+    assert both.index("CPU of none") < both.index("#### gpu") < both.index("CPU of NVIDIA H200")
+    assert "datapipe: 950 images/s, 3.11× torch DataLoader" in both
+    assert "datapipe: 4,000 images/s, 2.00× DALI GPU pipeline" in both
+    assert "skipped: no CUDA device" not in both
+    assert (charts / "gpu.png").is_file() and "![Loading onto the GPU](docs/bench/gpu.png)" in both
+
+    suite.write_readme(cpu_box, {"gpu": [suite.skipped_gpu_panel()]}, opts, readme, charts)
+    assert readme.read_text() == both
+    record = json.loads((charts / "results.json").read_text())
+    assert list(record) == ["images", "gpu"]
+    assert record["gpu"]["machine"]["gpu"] == "NVIDIA H200"
+
+    (charts / "results.json").write_text("{not json")
+    with pytest.raises(ArgumentError, match=r"results\.json: not a record of benchmark results"):
+        suite.write_readme(cpu_box, {"images": images}, opts, readme, charts)
