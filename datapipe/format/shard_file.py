@@ -58,4 +58,5 @@ class ShardFile:
 
 
 def create_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...]) -> ShardFile:
+    """A new shard file at `path`, open for its first chunk."""
     return ShardFile(path, shard_format, columns)
