@@ -56,7 +56,3 @@ class ShardFile:
         clear."""
         self._file.close()
 
-
-def create_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...]) -> ShardFile:
-    """A new shard file at `path`, open for its first chunk."""
-    return ShardFile(path, shard_format, columns)

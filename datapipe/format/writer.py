@@ -13,7 +13,7 @@ import numpy as np
 
 from datapipe.format.manifest import SHARD_SUFFIX, ShardInfo
 from datapipe.format.schema import Column
-from datapipe.format.shard_file import ShardFile, create_shard
+from datapipe.format.shard_file import ShardFile
 
 SCALAR_NBYTES = 8
 # Rows go to the shard file in chunks of about this size (an Arrow record batch each): the
@@ -71,7 +71,6 @@ class ShardSetWriter:
         self.on_shard = on_shard
         self.shards: list[ShardInfo] = []
         self._chunk: dict[str, list] = {c.name: [] for c in columns}
-        self._chunk_rows = 0
         self._chunk_bytes = 0
         self._rows = 0  # in the shard being filled, handed over or not
         self._bytes = 0
@@ -123,7 +122,6 @@ class ShardSetWriter:
             for name, values in self._chunk.items():
                 values.extend(rows[name][start:stop])
             self._rows += stop - start
-            self._chunk_rows += stop - start
 
     def cut(self, tag: Any = None) -> None:
         """End the shard being filled (none if empty): its last chunk and its closing go to the
@@ -139,13 +137,12 @@ class ShardSetWriter:
         """The chunk filled so far to the background writer, then, given `closing` (the shard's
         rows and tag), the shard's closing."""
         chunk, self._chunk = self._chunk, {c.name: [] for c in self.columns}
-        chunk_rows, self._chunk_rows, self._chunk_bytes = self._chunk_rows, 0, 0
+        self._chunk_bytes = 0
         self.wait()
         if self._background is None:
             self._background = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")
         name = shard_name(self.next_index, self.shard_format)
-        self._writing = self._background.submit(self._write, name, chunk if chunk_rows else None,
-                                                closing)
+        self._writing = self._background.submit(self._write, name, chunk, closing)
 
     def wait(self) -> None:
         """Until the chunk being written is written; its error, if any, is raised here."""
@@ -174,14 +171,13 @@ class ShardSetWriter:
             self._open.abandon()
             self._open = None
 
-    def _write(self, name: str, chunk: dict[str, list] | None,
-               closing: tuple[int, Any] | None) -> None:
-        """On the background thread: append `chunk` to shard `name` (opened on its first
-        chunk), then close the shard as `closing` says."""
+    def _write(self, name: str, chunk: dict[str, list], closing: tuple[int, Any] | None) -> None:
+        """On the background thread: append `chunk` (if it has rows) to shard `name`, opened on
+        its first chunk, then close the shard as `closing` says."""
         tmp = self.directory / (name + ".tmp")
-        if chunk is not None:
+        if chunk[self.columns[0].name]:
             if self._open is None:
-                self._open = create_shard(tmp, self.shard_format, self.columns)
+                self._open = ShardFile(tmp, self.shard_format, self.columns)
             self._open.append(chunk)
         if closing is None:
             return

@@ -38,7 +38,7 @@ def _disk_fills_at(call: int):
 
 
 WHERE = {  # where the disk fills: writing a shard, journalling one, writing the manifest
-    "shard": (datapipe.format.writer, "create_shard", 3),
+    "shard": (datapipe.format.writer, "ShardFile", 3),
     "journal": (Journal, "_append", 4),
     "manifest": (Manifest, "save", 1),
 }
