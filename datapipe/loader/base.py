@@ -221,6 +221,20 @@ class LoaderBase:
             self._producer.close()
         if self._prefetcher is not None:
             self._prefetcher.close()
+        self._settle_cache()
+
+    def _settle_cache(self) -> None:
+        """Workers and the prefetcher end without releasing their shards one by one (their
+        locks go with their processes), so nothing evicts what shards they held in use pushed
+        past a remote dataset's cache limit: that is done here, once they are gone."""
+        from datapipe.format.sources import RemoteLocation
+
+        location = getattr(self, "path", None)
+        if isinstance(location, RemoteLocation):
+            from datapipe.format.cache import ShardCache
+
+            with contextlib.suppress(OSError):  # a read-only cache evicts nothing
+                ShardCache(location.cache).make_room(0)
 
     def __enter__(self) -> LoaderBase:
         return self

@@ -338,3 +338,22 @@ def test_a_killed_upload_resumes(tmp_path: Path, s3_bucket: str, cli,
     assert sorted(n for n in sent if n.startswith("shard-")) == shards  # each sent once
     for name in [*shards, "manifest.json", "rejects.jsonl"]:
         assert get_object(f"{url}/{name}") == (tmp_path / "local" / name).read_bytes(), name
+
+
+def test_closing_a_loader_brings_the_cache_back_under_its_limit(
+        image_shards: Path, s3_bucket: str, tmp_path: Path) -> None:
+    """Workers and the prefetcher end without releasing their shards one by one, so what the
+    shards they held pushed past the limit stays unless the loader's close evicts down to it.
+    Here the excess is put there between start and close, where no process of the loader
+    evicts, so only close can bring the cache back under its limit."""
+    url = _uploaded(image_shards, s3_bucket)
+    largest = max(p.stat().st_size for p in image_shards.glob("shard-*"))
+    limit = int(2.5 * largest)
+    _image_batches(url, num_workers=2, cache_size=limit)
+    loader = dp.Loader(url, batch_size=8, transform=CROP, num_workers=2, cache_size=limit)
+    stale = tmp_path / "cache" / "shards" / ("0" * 16) / "shard-00000.arrow"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"x" * limit)
+    assert sum(size for _, size in _cached_shards(tmp_path / "cache").values()) > limit
+    loader.close()
+    assert sum(size for _, size in _cached_shards(tmp_path / "cache").values()) <= limit
