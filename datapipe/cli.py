@@ -556,6 +556,10 @@ def doctor_cmd() -> None:
                    "Reinstall with: pip uninstall -y pillow && pip install --force-reinstall "
                    "--no-deps pillow-simd", err=True)
     _warn_missing_codecs(pil)
+    from datapipe.image.cpu_decode import EXTENSION_ACTIVE, SLOW_PATH_WARNING
+
+    if not EXTENSION_ACTIVE:
+        click.echo(f"warning: {SLOW_PATH_WARNING}", err=True)
 
 
 def _warn_missing_codecs(pil: dict[str, Any]) -> None:

@@ -77,7 +77,10 @@ def _round_trips(fmt: str, options: dict[str, Any]) -> bool:
 
 
 def environment() -> dict[str, Any]:
-    info: dict[str, Any] = {"datapipe": _version("datapipe"), "PIL": pil_build()}
+    from datapipe.image.cpu_decode import extension_status
+
+    info: dict[str, Any] = {"datapipe": _version("datapipe"), "PIL": pil_build(),
+                            "JPEG extension": extension_status()}
     for dist in ("torch", "pyarrow", "nvidia-dali-cuda130", "kornia", "tokenizers"):
         info[dist] = _version(dist) or "not installed"
     try:

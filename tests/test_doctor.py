@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
+from pathlib import Path
 
 from PIL import Image, features
+
+from tests.conftest import convert
 
 
 def _reads_deflate_tiff() -> bool:
@@ -46,3 +51,38 @@ def test_doctor_names_the_packages_a_missing_format_needs(cli) -> None:
     if warning:
         assert "tools/setup.sh" in warning[0] and len(warning) == 1
     assert "AVIF" not in "".join(warning)  # optional: pillow needs a libavif Debian 12 lacks
+
+
+def test_doctor_says_the_jpeg_extension_is_active(cli) -> None:
+    result = cli("doctor")
+    assert "JPEG extension: active" in result.out
+    assert "not built" not in result.err
+
+
+_WITHOUT_EXTENSION = """
+import sys, warnings
+sys.modules["datapipe.image._jpeg"] = None  # as in a source tree whose extension was not built
+"""
+
+
+def test_without_the_extension_doctor_and_the_loader_say_so(image_folder: Path,
+                                                            tmp_path: Path) -> None:
+    """A loader silently at half speed is the failure: doctor names it and Loader warns once."""
+    image_shards = tmp_path / "shards"
+    convert("images", image_folder, image_shards)
+    code = _WITHOUT_EXTENSION + f"""
+from datapipe.cli import main
+import datapipe as dp
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for _ in range(2):
+        dp.Loader({str(image_shards)!r}, batch_size=2, num_workers=0,
+                  transform=dp.image.CenterCrop(16))
+print("WARNINGS", sum("JPEG extension" in str(w.message) for w in caught))
+main(["doctor"])
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert "WARNINGS 1" in proc.stdout
+    assert "JPEG extension: NOT built" in proc.stdout
+    assert "is not built, so images decode through PIL" in proc.stderr

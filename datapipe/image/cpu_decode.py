@@ -13,6 +13,7 @@ process that hands batches to training never touches pixels.
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 from PIL import Image
@@ -21,8 +22,34 @@ from datapipe.errors import DataError
 
 try:  # the optional C extension: region decode and resample straight from libjpeg-turbo
     from datapipe.image._jpeg import crop_into, decode_region
-except ImportError:  # built without libjpeg headers: PIL does all the decoding
+except ImportError as exc:  # built without libjpeg headers: PIL does all the decoding
     crop_into = decode_region = None
+    _EXTENSION_MISSING = str(exc)
+else:
+    _EXTENSION_MISSING = ""
+EXTENSION_ACTIVE = crop_into is not None
+
+SLOW_PATH_WARNING = (
+    "datapipe's JPEG extension (datapipe.image._jpeg) is not built, so images decode through "
+    "PIL, about half as fast; reinstall datapipe where libjpeg headers are present "
+    "(`pip install -e .` in a source checkout builds it in place)")
+_warned = False
+
+
+def extension_status() -> str:
+    """Which decode path `decode_into` takes, for `datapipe doctor` and benchmark reports."""
+    if EXTENSION_ACTIVE:
+        return "active (libjpeg-turbo region decode + SIMD resample)"
+    return f"NOT built ({_EXTENSION_MISSING}): decode falls back to PIL, about 2x slower"
+
+
+def warn_if_slow_path() -> None:
+    """Warn once per process when the fast path is missing: a loader silently running at half
+    speed is worse than a loud one."""
+    global _warned
+    if not EXTENSION_ACTIVE and not _warned:
+        _warned = True
+        warnings.warn(SLOW_PATH_WARNING, RuntimeWarning, stacklevel=3)
 
 _RESAMPLE = Image.Resampling.BILINEAR
 _VERIFY_HINT = " (a corrupt shard? `datapipe verify` re-hashes it)"

@@ -17,6 +17,7 @@ from datapipe.format.dataset import Dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.image.batch_ops import BatchTransforms, split_for_workers
+from datapipe.image.cpu_decode import warn_if_slow_path
 from datapipe.image.normalize import TORCH_DTYPES
 from datapipe.image.transforms import Transform, as_pipeline
 from datapipe.loader.base import LoaderBase
@@ -86,6 +87,8 @@ class Loader(LoaderBase):
         self._group_implicit = rank is None and world_size is None
         self.device = resolve_device(device)
         self.decode = decode
+        if decode == "cpu":
+            warn_if_slow_path()
         self.pipeline = as_pipeline(transform)
         with Dataset(self.path, verify=verify) as ds:
             self._check_dataset(ds)
