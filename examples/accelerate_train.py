@@ -3,7 +3,7 @@ its own share of every epoch. On a CPU, over the sample that tools/make_sample_d
 
     python -m tools.make_sample_data sample
     python examples/accelerate_train.py sample/images                   # one process
-    accelerate launch --cpu --num_processes 2 examples/accelerate_train.py sample/images
+    accelerate launch --multi_gpu --num_processes 2 examples/accelerate_train.py sample/images
     torchrun --nproc_per_node 2 examples/accelerate_train.py sample/images
 
 Make the loader after `Accelerator()`: it takes rank and world size from the process group
