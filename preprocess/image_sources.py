@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.errors import ArgumentError, DataError
+from preprocess.input_files import require_regular_file
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
                   ".pgm", ".jfif"}
@@ -54,12 +55,12 @@ def list_images(src: Path) -> ImageSource:
         from preprocess.image_folder import scan_image_folder  # builds on this module's types
 
         return scan_image_folder(src)
-    if src.suffix.lower() == ".csv":
-        return _from_records(src, _read_csv(src))
-    if src.suffix.lower() in (".jsonl", ".ndjson"):
-        return _from_records(src, _read_jsonl(src))
-    raise ArgumentError(f"SRC {src}: expected a directory (SRC/<class>/<file>) or a .csv/.jsonl "
-                        "manifest")
+    if src.suffix.lower() not in (".csv", ".jsonl", ".ndjson"):
+        raise ArgumentError(f"SRC {src}: expected a directory (SRC/<class>/<file>) or a "
+                            ".csv/.jsonl manifest")
+    require_regular_file(src)
+    return _from_records(src, _read_csv(src) if src.suffix.lower() == ".csv" else
+                         _read_jsonl(src))
 
 
 def _read_csv(src: Path) -> list[dict[str, Any]]:

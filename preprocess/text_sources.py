@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.errors import ArgumentError, DataError
+from preprocess.input_files import require_regular_file
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".ndjson", ".parquet")
 
@@ -42,8 +43,7 @@ def list_text_files(sources: list[Path]) -> list[Path]:
         else:
             raise ArgumentError(f"SRC {src}: not a {'/'.join(TEXT_SUFFIXES)} file")
     for path in files:
-        if not path.is_file():  # a dangling link, or a FIFO that reading would block on
-            raise DataError(f"{path}: not a regular file (or a link to none)")
+        require_regular_file(path)
     return files
 
 

@@ -228,3 +228,21 @@ def test_names_that_are_not_utf8_are_converted_and_listed_readably(cli, tmp_path
     assert list(_rejects(tmp_path / "out")) == ["class_0/r\\xe9sum\\xe9.txt"]
     strict = cli("convert", "images", src, tmp_path / "strict", "--strict")
     assert strict.code == 1 and "class_0/r\\xe9sum\\xe9.txt: not an image" in strict.err
+
+
+def _convert_under_timeout(src: Path, out: Path, *args: object) -> subprocess.CompletedProcess:
+    """The CLI in a process of its own: an input that makes it run forever fails the test."""
+    try:
+        return run_cli_process("convert", "images", src, out, "--workers", 1, *args,
+                               timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"convert images {src} did not end within 60 s")
+
+
+@pytest.mark.parametrize("name", ["list.csv", "list.jsonl"])
+def test_a_fifo_as_the_list_of_images_is_refused_at_once(tmp_path: Path, name: str) -> None:
+    os.mkfifo(tmp_path / name)
+    result = _convert_under_timeout(tmp_path / name, tmp_path / "out")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"datapipe: error: {tmp_path / name}: not a regular file "
+                                     "(or a link to none)")
