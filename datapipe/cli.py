@@ -186,8 +186,9 @@ def convert_images_cmd(src: Path, out: str, short_side: int, upscale: bool, qual
     into OUT, a folder or a URL (s3://bucket/prefix: made locally, then uploaded).
 
     Every input is converted or listed in OUT/rejects.jsonl with a reason: symlinks are
-    followed (a dangling or looping one is a reject), hidden entries ('.' names) and folders
-    that cannot be read are rejects, and so is any file that is not an image.
+    followed, each folder walked once (a dangling or looping link is a reject), hidden entries
+    ('.' names), folders that cannot be read and entries on /proc, /sys or /dev are rejects,
+    and so is any file that is not an image.
 
     Stored images are RGB in sRGB: an embedded ICC profile (Adobe RGB, Display P3, ...) is
     converted, transparency is composited onto white, 16-bit values are scaled by bit depth.

@@ -8,12 +8,14 @@ import os
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from datapipe.format import Dataset
+from preprocess.filesystems import special_devices
 from tests.conftest import run_cli_process
 from tests.imagegen import jpeg_bytes, make_image_folder, noise_image
 from tests.preprocess.helpers import unprivileged
@@ -246,3 +248,63 @@ def test_a_fifo_as_the_list_of_images_is_refused_at_once(tmp_path: Path, name: s
     assert result.returncode == 1
     assert result.stderr.strip() == (f"datapipe: error: {tmp_path / name}: not a regular file "
                                      "(or a link to none)")
+
+
+def test_links_to_the_root_proc_and_sys_are_rejects_and_the_run_ends(tmp_path: Path) -> None:
+    """Once a scan that never ended (growing ~22 MB/s): every folder of /proc, followed."""
+    if "proc" not in special_devices().values():
+        pytest.skip("no proc filesystem mounted here")
+    src = make_image_folder(tmp_path / "src", classes=2, per_class=2)
+    (src / "class_0" / "root").symlink_to("/")
+    (src / "class_0" / "proc").symlink_to("/proc")
+    (src / "class_1" / "sys").symlink_to("/sys")
+    (src / "class_1" / "self_environ.jpg").symlink_to("/proc/self/environ")  # a regular file
+    (src / "class_1" / "src_again").symlink_to(src)
+    started = time.monotonic()
+    result = _convert_under_timeout(src, tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 30
+    rejects = _rejects(tmp_path / "out")
+    assert rejects == {
+        "class_0/root": "symlink loop: leads back to a folder it is in; not followed",
+        "class_0/proc": "on a special filesystem (proc), which holds no image files: not walked",
+        "class_1/sys": "on a special filesystem (sysfs), which holds no image files: not walked",
+        "class_1/self_environ.jpg": "on a special filesystem (proc), which holds no image "
+                                    "files: not read",
+        "class_1/src_again": "symlink loop: leads back to a folder it is in; not followed"}
+    assert len(_paths(tmp_path / "out")) == 4
+
+
+def test_a_folder_reached_by_two_links_is_walked_once(cli, tmp_path: Path) -> None:
+    src = make_image_folder(tmp_path / "src", classes=2, per_class=1)
+    album = tmp_path / "elsewhere" / "album"
+    (album / "inner").mkdir(parents=True)
+    (album / "a.jpg").write_bytes(jpeg_bytes(noise_image(40, 30, 1)))
+    (album / "inner" / "b.jpg").write_bytes(jpeg_bytes(noise_image(40, 30, 2)))
+    (src / "class_0" / "album").symlink_to(album)
+    (src / "class_1" / "same_album").symlink_to(album)
+    (src / "class_1" / "inner_again").symlink_to(album / "inner")
+    result = cli("convert", "images", src, tmp_path / "out", "--workers", 1)
+    assert result.code == 0, result.err
+    assert sorted(_paths(tmp_path / "out")) == [
+        "class_0/album/a.jpg", "class_0/album/inner/b.jpg", "class_0/img_000.jpg",
+        "class_1/img_000.jpg"]
+    assert _rejects(tmp_path / "out") == {
+        "class_1/inner_again": "the same folder as class_0/album/inner, walked already (each "
+                               "folder is walked once)",
+        "class_1/same_album": "the same folder as class_0/album, walked already (each folder "
+                              "is walked once)"}
+
+
+def test_special_devices_come_from_the_mount_table(tmp_path: Path) -> None:
+    table = tmp_path / "mountinfo"
+    table.write_text(
+        "22 27 0:21 / /proc rw,relatime - proc proc rw\n"
+        "24 27 0:6 / /dev rw,relatime - devtmpfs devtmpfs rw,mode=755\n"
+        "25 24 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw\n"
+        "27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
+        "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+        "garbage\n")
+    assert special_devices(str(table)) == {os.makedev(0, 21): "proc", os.makedev(0, 6): "devtmpfs",
+                                           os.makedev(0, 38): "cgroup2"}
+    assert special_devices(str(tmp_path / "none")) == {}
