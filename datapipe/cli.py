@@ -188,7 +188,7 @@ def convert_images_cmd(src: Path, out: str, short_side: int, upscale: bool, qual
     Every input is converted or listed in OUT/rejects.jsonl with a reason: symlinks are
     followed, each folder walked once (a dangling or looping link is a reject), hidden entries
     ('.' names), folders that cannot be read and entries on /proc, /sys or /dev are rejects,
-    and so is any file that is not an image.
+    and so is any file that is not an image. OUT and other datapipe datasets are not inputs.
 
     Stored images are RGB in sRGB: an embedded ICC profile (Adobe RGB, Display P3, ...) is
     converted, transparency is composited onto white, 16-bit values are scaled by bit depth.

@@ -14,6 +14,8 @@ path order (so input indices, and the output bytes, depend on the tree alone):
   `.DS_Store` or `.git` are listed, not converted;
 - a folder that cannot be listed, a FIFO, socket or device, and a file directly in SRC (outside
   any class folder) are rejected.
+OUT, and any folder holding a datapipe dataset or a conversion in progress, is left out: its
+files are shards, not inputs, and OUT inside SRC must not become a class on the next run.
 Names that are not valid UTF-8 are kept: `source` writes each undecodable byte as `\\xNN`.
 """
 
@@ -27,6 +29,7 @@ from pathlib import Path
 from datapipe.errors import ArgumentError
 from preprocess.filesystems import special_devices
 from preprocess.image_sources import ImageItem, ImageSource
+from preprocess.input_files import is_datapipe_output
 
 HIDDEN = "hidden (name starts with '.'): not read"
 LOOP = "symlink loop: leads back to a folder it is in; not followed"
@@ -36,11 +39,12 @@ Identity = tuple[int, int]  # (st_dev, st_ino) of a folder: the same folder howe
 Pending = tuple[Path, int, bool]  # path, label, in a class folder
 
 
-def scan_image_folder(src: Path) -> ImageSource:
+def scan_image_folder(src: Path, leave_out: Path | None = None) -> ImageSource:
+    """The inputs under SRC; `leave_out` (OUT) is not scanned, wherever it is."""
     root = Path(os.path.abspath(src))
     try:
-        walk = _Walk(root)
-        top = _sorted_entries(root)
+        walk = _Walk(root, leave_out)
+        top = [e for e in _sorted_entries(root) if not walk.leaves_out(Path(e.path))]
     except OSError as exc:
         raise ArgumentError(f"SRC {src}: cannot list folder ({_why(exc)})") from None
     classes = [e.name for e in top if not e.name.startswith(".") and _is_dir(e)]
@@ -65,9 +69,9 @@ def display_name(name: str) -> str:
 
 
 class _Walk:
-    """One scan's memory: the folders walked (each once), the special filesystems."""
+    """One scan's memory: the folders walked (each once), the special filesystems, OUT."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, leave_out: Path | None) -> None:
         self.root = root
         self.special = special_devices()
         # SRC and every folder holding it count as walked: a link to one of them is a loop
@@ -75,6 +79,12 @@ class _Walk:
         holding = map(_stat, {root, *root.parents, *Path(os.path.realpath(root)).parents})
         self.walked: dict[Identity, str | None] = {
             _identity(info): None for info in holding if isinstance(info, os.stat_result)}
+        out = _stat(leave_out) if leave_out is not None else None
+        self.out = _identity(out) if isinstance(out, os.stat_result) else None
+
+    def leaves_out(self, folder: Path) -> bool:
+        """OUT, or a datapipe dataset or conversion: shards, not inputs."""
+        return self._is_out(_stat(folder)) or is_datapipe_output(folder)
 
     def items(self, entries: list[Pending]) -> Iterator[ImageItem]:
         """Depth first in sorted order, with a stack, not recursion: a tree may be deep."""
@@ -90,6 +100,8 @@ class _Walk:
         """One input for `path`, or the entries of the folder it is, to visit next."""
         source = display_name(str(path.relative_to(self.root)))
         info = _stat(path)
+        if self._is_out(info):
+            return []  # hidden or not: the scan of a first run, before OUT existed, agrees
         if path.name.startswith("."):
             problem: str | None = HIDDEN
         elif isinstance(info, OSError):
@@ -116,12 +128,17 @@ class _Walk:
 
     def _folder(self, path: Path, source: str, label: int,
                 info: os.stat_result) -> ImageItem | list[Pending]:
+        if is_datapipe_output(path):
+            return []
         try:
             entries = _sorted_entries(path)
         except OSError as exc:
             return ImageItem(path, source, label, problem=f"cannot list folder ({_why(exc)})")
         self.walked[_identity(info)] = source
         return [(Path(e.path), label, True) for e in entries]
+
+    def _is_out(self, info: os.stat_result | OSError) -> bool:
+        return isinstance(info, os.stat_result) and _identity(info) == self.out
 
 
 def _file_problem(info: os.stat_result, in_class: bool) -> str | None:

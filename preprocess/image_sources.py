@@ -44,7 +44,8 @@ class ImageSource:
     extra_columns: tuple[tuple[str, str], ...]  # (name, column type)
 
 
-def list_images(src: Path) -> ImageSource:
+def list_images(src: Path, leave_out: Path | None = None) -> ImageSource:
+    """The inputs SRC names; `leave_out` (OUT) is never one of them."""
     try:
         is_dir = src.is_dir()
         if not is_dir and not src.exists():
@@ -54,7 +55,7 @@ def list_images(src: Path) -> ImageSource:
     if is_dir:
         from preprocess.image_folder import scan_image_folder  # builds on this module's types
 
-        return scan_image_folder(src)
+        return scan_image_folder(src, leave_out)
     if src.suffix.lower() not in (".csv", ".jsonl", ".ndjson"):
         raise ArgumentError(f"SRC {src}: expected a directory (SRC/<class>/<file>) or a "
                             ".csv/.jsonl manifest")

@@ -1,13 +1,34 @@
-"""What every converter's sources share: refusing what cannot be read as a file."""
+"""What every converter's sources share: refusing what cannot be read as a file, and telling a
+datapipe output (which is never an input) from the data beside it.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 from datapipe.errors import DataError
+from datapipe.format.manifest import FORMAT_NAME, MANIFEST_NAME
+from preprocess.output_lock import LOCK_NAME
+from preprocess.resume import JOURNAL_NAME
 
 
 def require_regular_file(path: Path) -> None:
     """Refuse a FIFO or a device (reading one could block forever) and a dangling link."""
     if not path.is_file():
         raise DataError(f"{path}: not a regular file (or a link to none)")
+
+
+def is_datapipe_output(folder: Path) -> bool:
+    """Whether `folder` holds a datapipe dataset (a manifest of our format) or a conversion
+    in progress: its files are shards, not inputs."""
+    # os.path.exists: False for a folder that cannot be searched, which the scan then lists
+    # (and rejects) as it would any; Path.exists raises there.
+    if os.path.exists(folder / JOURNAL_NAME) or os.path.exists(folder / LOCK_NAME):
+        return True
+    try:
+        manifest = json.loads((folder / MANIFEST_NAME).read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT_NAME

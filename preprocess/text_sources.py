@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.errors import ArgumentError, DataError
-from preprocess.input_files import require_regular_file
+from preprocess.input_files import is_datapipe_output, require_regular_file
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".ndjson", ".parquet")
 
@@ -32,12 +32,7 @@ def list_text_files(sources: list[Path]) -> list[Path]:
         if not src.exists():
             raise ArgumentError(f"SRC {src} does not exist")
         if src.is_dir():
-            # A folder named like a text file is not one; rglob lists what it holds anyway.
-            found = sorted(p for p in src.rglob("*")
-                           if p.suffix.lower() in TEXT_SUFFIXES and not p.is_dir())
-            if not found:
-                raise ArgumentError(f"SRC {src} holds no {'/'.join(TEXT_SUFFIXES)} files")
-            files.extend(found)
+            files.extend(_folder_files(src))
         elif src.suffix.lower() in TEXT_SUFFIXES:
             files.append(src)
         else:
@@ -45,6 +40,19 @@ def list_text_files(sources: list[Path]) -> list[Path]:
     for path in files:
         require_regular_file(path)
     return files
+
+
+def _folder_files(src: Path) -> list[Path]:
+    """The text files under `src`, in sorted order, but for those of a datapipe output (OUT
+    inside SRC holds rejects.jsonl): shards and their lists are not inputs."""
+    # A folder named like a text file is not one; rglob lists what it holds anyway.
+    found = sorted(p for p in src.rglob("*")
+                   if p.suffix.lower() in TEXT_SUFFIXES and not p.is_dir())
+    outputs = {folder for folder in {p.parent for p in found} if is_datapipe_output(folder)}
+    found = [p for p in found if p.parent not in outputs]
+    if not found:
+        raise ArgumentError(f"SRC {src} holds no {'/'.join(TEXT_SUFFIXES)} files")
+    return found
 
 
 def file_kind(path: Path, options: TextOptions) -> str:

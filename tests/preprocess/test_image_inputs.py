@@ -308,3 +308,51 @@ def test_special_devices_come_from_the_mount_table(tmp_path: Path) -> None:
     assert special_devices(str(table)) == {os.makedev(0, 21): "proc", os.makedev(0, 6): "devtmpfs",
                                            os.makedev(0, 38): "cgroup2"}
     assert special_devices(str(tmp_path / "none")) == {}
+
+
+@pytest.mark.parametrize("where", ["out", "class_0/out", ".out"])
+def test_out_inside_src_is_left_out_of_the_scan(cli, tmp_path: Path, where: str) -> None:
+    """A rerun with --overwrite once scanned its own output: a class of shards, all rejects."""
+    src = make_image_folder(tmp_path / "src", classes=2, per_class=2)
+    out = src / where
+    first = cli("convert", "images", src, out, "--workers", 1)
+    assert first.code == 0, first.err
+    shards = {p.name: p.read_bytes() for p in out.glob("shard-*")}
+    again = cli("convert", "images", src, out, "--workers", 1, "--overwrite")
+    assert again.code == 0, again.err
+    assert "rejected" not in again.out
+    with Dataset(out) as ds:
+        assert ds.manifest.classes == ("class_0", "class_1")
+        assert ds.manifest.stats == {"inputs": 4, "rejected": 0}
+    assert {p.name: p.read_bytes() for p in out.glob("shard-*")} == shards
+
+
+def test_other_datasets_and_conversions_in_progress_are_not_inputs(cli, tmp_path: Path) -> None:
+    src = make_image_folder(tmp_path / "src", classes=2, per_class=2)
+    photos = make_image_folder(tmp_path / "photos", classes=1, per_class=2)
+    assert cli("convert", "images", photos, src / "class_0" / "old", "--workers", 1).code == 0
+    assert cli("convert", "images", photos, src / "older", "--workers", 1).code == 0
+    (src / "class_1" / "running").mkdir()
+    (src / "class_1" / "running" / ".datapipe-convert.jsonl").write_text('{"fingerprint": 1}\n')
+    (src / "class_1" / "running" / "shard-00000.arrow").write_bytes(b"half")
+    result = cli("convert", "images", src, tmp_path / "out", "--workers", 1)
+    assert result.code == 0, result.err
+    assert "rejected" not in result.out
+    with Dataset(tmp_path / "out") as ds:
+        assert ds.manifest.classes == ("class_0", "class_1")  # not `older`
+        assert ds.manifest.stats == {"inputs": 4, "rejected": 0}
+
+
+def test_a_stopped_run_with_out_inside_src_resumes(cli, tmp_path: Path) -> None:
+    """The scan of the first run, before OUT existed, and of the rerun, with OUT holding the
+    journal, must list the same inputs, or the rerun is refused as one with other inputs."""
+    src = make_image_folder(tmp_path / "src", classes=2, per_class=6, size=(96, 64))
+    (src / "class_1" / "zz_notes.txt").write_text("not an image, and last\n")
+    args = ["convert", "images", src, src / "out", "--workers", 1, "--shard-size", "8KB"]
+    stopped = cli(*args, "--strict")
+    assert stopped.code == 1 and "zz_notes.txt" in stopped.err
+    assert (src / "out" / ".datapipe-convert.jsonl").exists()
+    resumed = cli(*args)
+    assert resumed.code == 0, resumed.err
+    assert "kept from the interrupted run" in resumed.out
+    assert list(_rejects(src / "out")) == ["class_1/zz_notes.txt"]

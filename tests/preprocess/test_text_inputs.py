@@ -91,3 +91,18 @@ def test_text_files_that_cannot_be_read_are_one_line_not_a_traceback_or_a_hang(
         assert bad.stderr.strip() == (f"datapipe: error: {corpus / name}: not a regular file "
                                       "(or a link to none)")
         (corpus / name).unlink()
+
+
+def test_out_inside_a_folder_of_text_is_left_out_of_it(cli, tmp_path: Path) -> None:
+    """A rerun with --overwrite once read OUT/rejects.jsonl as a corpus (and stopped: its
+    first record has no 'text')."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "docs.jsonl").write_text('{"text": "kept"}\n{"text": ""}\n')
+    first = cli("convert", "text", corpus, corpus / "out", "--tokenizer", "bytes")
+    assert first.code == 0, first.err
+    again = cli("convert", "text", corpus, corpus / "out", "--tokenizer", "bytes", "--overwrite")
+    assert again.code == 0, again.err
+    assert _texts(corpus / "out") == ["kept"]
+    with Dataset(corpus / "out") as ds:
+        assert ds.manifest.stats == {"inputs": 2, "rejected": 1}
