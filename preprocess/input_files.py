@@ -4,6 +4,7 @@ people save it, and telling a datapipe output (which is never an input) from the
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
@@ -22,6 +23,10 @@ def require_regular_file(path: Path) -> None:
     """Refuse a FIFO or a device (reading one could block forever) and a dangling link."""
     if not path.is_file():
         raise DataError(f"{path}: not a regular file (or a link to none)")
+
+
+def strip_bom(text: str) -> str:
+    return text.removeprefix(codecs.BOM_UTF8.decode())
 
 
 def split_lines(text: str) -> list[str]:

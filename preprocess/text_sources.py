@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.errors import ArgumentError, DataError
-from preprocess.input_files import is_datapipe_output, require_regular_file
+from preprocess.input_files import is_datapipe_output, require_regular_file, split_lines, strip_bom
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".ndjson", ".parquet")
 
@@ -102,23 +102,25 @@ def read_span(path: Path, span: TextSpan, text_field: str) -> SpanDocuments:
     if span.kind == "file":
         # As text-mode reading gives it, which a document per file always had.
         return SpanDocuments([(0, text.replace("\r\n", "\n").replace("\r", "\n"))], 1)
-    lines = text.splitlines()
+    lines = split_lines(text)
     if span.kind == "lines":
         return SpanDocuments(list(enumerate(lines)), len(lines))
     return _jsonl(lines, text_field)
 
 
 def _read_text(path: Path, start: int, stop: int) -> str:
+    """Bytes `start`..`stop` of the file as text; at its start, without the byte-order mark
+    some editors write (it would be part of the first document, or make its JSON invalid)."""
     try:
         with open(path, "rb") as file:
             file.seek(start)
-            data = file.read(stop - start)
-        return data.decode("utf-8")
+            text = file.read(stop - start).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {start + exc.start})") \
             from None
     except OSError as exc:
         raise DataError(f"{path}: unreadable ({exc.strerror or exc})") from None
+    return strip_bom(text) if start == 0 else text
 
 
 def _jsonl(lines: list[str], text_field: str) -> SpanDocuments:
