@@ -201,7 +201,7 @@ def test_max_pixels_rejects_from_the_header_and_can_be_raised(cli, tmp_path: Pat
     src = make_image_folder(tmp_path / "src", classes=1, per_class=1, size=(96, 64))
     small = cli("convert", "images", src, tmp_path / "small", "--short-side", 0,
                 "--max-pixels", 5000)
-    assert small.code == 0, small.err
+    assert small.code == 1 and "0 of 1 inputs converted" in small.err  # its only input
     assert _rejects(tmp_path / "small") == {
         "class_0/img_000.jpg": "stored size 96x64 is 6,144 pixels, over --max-pixels 5,000"}
     # A budget above PIL's own decompression-bomb limit is honoured, not overruled by PIL.
@@ -320,7 +320,7 @@ def test_out_inside_src_is_left_out_of_the_scan(cli, tmp_path: Path, where: str)
     shards = {p.name: p.read_bytes() for p in out.glob("shard-*")}
     again = cli("convert", "images", src, out, "--workers", 1, "--overwrite")
     assert again.code == 0, again.err
-    assert "rejected" not in again.out
+    assert "of 4 inputs (0 rejected, 0 %)" in again.out
     with Dataset(out) as ds:
         assert ds.manifest.classes == ("class_0", "class_1")
         assert ds.manifest.stats == {"inputs": 4, "rejected": 0}
@@ -337,7 +337,7 @@ def test_other_datasets_and_conversions_in_progress_are_not_inputs(cli, tmp_path
     (src / "class_1" / "running" / "shard-00000.arrow").write_bytes(b"half")
     result = cli("convert", "images", src, tmp_path / "out", "--workers", 1)
     assert result.code == 0, result.err
-    assert "rejected" not in result.out
+    assert "of 4 inputs (0 rejected, 0 %)" in result.out
     with Dataset(tmp_path / "out") as ds:
         assert ds.manifest.classes == ("class_0", "class_1")  # not `older`
         assert ds.manifest.stats == {"inputs": 4, "rejected": 0}
