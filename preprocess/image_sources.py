@@ -191,10 +191,12 @@ def _typed_column(values: list[Any]) -> tuple[str, list[Any]]:
     beyond int64 stay strings: float64 would round their digits away."""
     try:
         integers = [_strict_int(v) for v in values]
-        kind = "int64" if all(map(_fits_int64, integers)) else "string"
-        return kind, integers if kind == "int64" else [str(v) for v in values]
     except (TypeError, ValueError):
-        pass
+        integers = None
+    if integers is not None:
+        if all(map(_fits_int64, integers)):
+            return "int64", integers
+        return "string", [str(v) for v in values]
     try:
         return "float64", [float(v) for v in values]
     except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond any float
