@@ -63,6 +63,12 @@ def _output_options(func: Any) -> Any:
         click.option("--overwrite", is_flag=True, help="Replace a dataset already in OUT."),
         click.option("--strict", is_flag=True,
                      help="Fail on the first bad input instead of listing it in rejects.jsonl."),
+        click.option("--max-rejects", default=None, metavar="N|FRACTION",
+                     help="Fail the run (exit 1) when more inputs than this are rejected: a "
+                     "count, or a fraction of the inputs such as 0.01. What was converted is "
+                     "kept, not published as a dataset; the same command with a higher limit "
+                     "finishes it. A run that converts nothing always fails. [default: no "
+                     "limit]"),
         click.option("--staging", type=click.Path(path_type=Path), default=None,
                      help="For an OUT that is a URL (s3://bucket/prefix): the local folder "
                      "shards are made in before upload [default: a folder per URL under "
@@ -106,20 +112,25 @@ def _engine(name: str, workers: int, address: str | None) -> Iterator[Any]:
 
 
 def _make_output_options(out: str, shard_format: str, shard_size: str, overwrite: bool,
-                         strict: bool, staging: Path | None) -> Any:
+                         strict: bool, staging: Path | None, max_rejects: str | None) -> Any:
     from datapipe.format.remote import is_url, local_path
     from preprocess.output import OutputOptions, parse_size
+    from preprocess.reject_limit import RejectLimit
 
+    limit = None if max_rejects is None else RejectLimit.parse(max_rejects)
     return OutputOptions(out=out if is_url(out) else local_path(out), shard_format=shard_format,
                          shard_size=parse_size(shard_size), overwrite=overwrite, strict=strict,
-                         staging=staging)
+                         staging=staging, max_rejects=limit)
 
 
 def _report(result: Any, noun: str, rate: str) -> None:
-    m = result.manifest
+    from preprocess.reject_limit import reject_share
+
+    m, rejected = result.manifest, len(result.rejects)
     resumed = f", {result.resumed_shards} kept from the interrupted run" if \
         result.resumed_shards else ""
-    click.echo(f"converted {m.num_samples:,} {noun} into {len(m.shards)} shards "
+    click.echo(f"converted {m.num_samples:,} {noun} of {result.inputs:,} inputs ({rejected:,} "
+               f"rejected, {reject_share(rejected, result.inputs)}) into {len(m.shards)} shards "
                f"({_human_bytes(m.total_bytes)}) in {result.seconds:.1f} s, {rate}{resumed}")
     if result.rejects:
         click.echo(f"rejected {len(result.rejects):,} inputs, listed with reasons in "
@@ -186,8 +197,10 @@ def convert_images_cmd(src: Path, out: str, short_side: int, upscale: bool, qual
     into OUT, a folder or a URL (s3://bucket/prefix: made locally, then uploaded).
 
     Every input is converted or listed in OUT/rejects.jsonl with a reason: symlinks are
-    followed (a dangling or looping one is a reject), hidden entries ('.' names) and folders
-    that cannot be read are rejects, and so is any file that is not an image.
+    followed, each folder walked once (a dangling or looping link is a reject), hidden entries
+    ('.' names), folders that cannot be read and entries on /proc, /sys or /dev are rejects,
+    and so is any file that is not an image. OUT and other datapipe datasets are not inputs.
+    A run that converts nothing, or rejects more than --max-rejects, exits 1.
 
     Stored images are RGB in sRGB: an embedded ICC profile (Adobe RGB, Display P3, ...) is
     converted, transparency is composited onto white, 16-bit values are scaled by bit depth.

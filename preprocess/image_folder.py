@@ -5,11 +5,17 @@ path order (so input indices, and the output bytes, depend on the tree alone):
 - a regular file, whatever its name, is a file to convert (one that is not an image is rejected
   once its first bytes are read);
 - a symlink is followed, to a file or a folder; a dangling one is rejected, and so is a folder
-  link that leads back to a folder it sits in (a loop);
+  link that leads back to a folder it sits in (a loop: SRC, or a folder holding it, like /);
+- every folder is walked once, known by (st_dev, st_ino): a second way to one already walked
+  (another link, a bind mount) is rejected, naming where it was walked;
+- an entry on a special filesystem (/proc, /sys, /dev, cgroups, ...) is rejected without being
+  read or walked;
 - a hidden entry (name starting with '.') is rejected without being read or descended into, so
   `.DS_Store` or `.git` are listed, not converted;
 - a folder that cannot be listed, a FIFO, socket or device, and a file directly in SRC (outside
   any class folder) are rejected.
+OUT, and any folder holding a datapipe dataset or a conversion in progress, is left out: its
+files are shards, not inputs, and OUT inside SRC must not become a class on the next run.
 Names that are not valid UTF-8 are kept: `source` writes each undecodable byte as `\\xNN`.
 """
 
@@ -21,28 +27,32 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from datapipe.errors import ArgumentError
+from preprocess.filesystems import special_devices
 from preprocess.image_sources import ImageItem, ImageSource
+from preprocess.input_files import is_datapipe_output
 
 HIDDEN = "hidden (name starts with '.'): not read"
+LOOP = "symlink loop: leads back to a folder it is in; not followed"
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device"}
-Identity = tuple[int, int]  # (st_dev, st_ino) of a folder, to tell a symlink loop
-Pending = tuple[Path, int, frozenset[Identity], bool]  # path, label, folders it is in, in a class
+Identity = tuple[int, int]  # (st_dev, st_ino) of a folder: the same folder however reached
+Pending = tuple[Path, int, bool]  # path, label, in a class folder
 
 
-def scan_image_folder(src: Path) -> ImageSource:
+def scan_image_folder(src: Path, leave_out: Path | None = None) -> ImageSource:
+    """The inputs under SRC; `leave_out` (OUT) is not scanned, wherever it is."""
     root = Path(os.path.abspath(src))
     try:
-        top = _sorted_entries(root)
-        ancestors = frozenset({_identity(os.stat(root))})
+        walk = _Walk(root, leave_out)
+        top = [e for e in _sorted_entries(root) if not walk.leaves_out(Path(e.path))]
     except OSError as exc:
         raise ArgumentError(f"SRC {src}: cannot list folder ({_why(exc)})") from None
     classes = [e.name for e in top if not e.name.startswith(".") and _is_dir(e)]
     if not classes:
         raise ArgumentError(f"SRC {src} has no class folders (expected SRC/<class>/<file>)")
     labels = {name: label for label, name in enumerate(classes)}
-    items = list(_walk(root, [(Path(e.path), labels.get(e.name, -1), ancestors, e.name in labels)
-                              for e in top]))
+    items = list(walk.items([(Path(e.path), labels.get(e.name, -1), e.name in labels)
+                             for e in top]))
     if all(item.problem for item in items):
         first = f" ({items[0].source}: {items[0].problem})" if items else ""
         raise ArgumentError(f"SRC {src} holds no files under its class folders{first}")
@@ -58,38 +68,77 @@ def display_name(name: str) -> str:
     return name
 
 
-def _walk(root: Path, entries: list[Pending]) -> Iterator[ImageItem]:
-    """Depth first in sorted order, with a stack rather than recursion: a tree may be deep."""
-    stack = entries[::-1]
-    while stack:
-        visited = _visit(root, *stack.pop())
-        if isinstance(visited, ImageItem):
-            yield visited
+class _Walk:
+    """One scan's memory: the folders walked (each once), the special filesystems, OUT."""
+
+    def __init__(self, root: Path, leave_out: Path | None) -> None:
+        self.root = root
+        self.special = special_devices()
+        # SRC and every folder holding it count as walked: a link to one of them is a loop
+        # (a link to / would otherwise walk the whole machine). None: no source inside SRC.
+        holding = map(_stat, {root, *root.parents, *Path(os.path.realpath(root)).parents})
+        self.walked: dict[Identity, str | None] = {
+            _identity(info): None for info in holding if isinstance(info, os.stat_result)}
+        out = _stat(leave_out) if leave_out is not None else None
+        self.out = _identity(out) if isinstance(out, os.stat_result) else None
+
+    def leaves_out(self, folder: Path) -> bool:
+        """OUT, or a datapipe dataset or conversion: shards, not inputs."""
+        return self._is_out(_stat(folder)) or is_datapipe_output(folder)
+
+    def items(self, entries: list[Pending]) -> Iterator[ImageItem]:
+        """Depth first in sorted order, with a stack, not recursion: a tree may be deep."""
+        stack = entries[::-1]
+        while stack:
+            visited = self._visit(*stack.pop())
+            if isinstance(visited, ImageItem):
+                yield visited
+            else:
+                stack.extend(reversed(visited))
+
+    def _visit(self, path: Path, label: int, in_class: bool) -> ImageItem | list[Pending]:
+        """One input for `path`, or the entries of the folder it is, to visit next."""
+        source = display_name(str(path.relative_to(self.root)))
+        info = _stat(path)
+        if self._is_out(info):
+            return []  # hidden or not: the scan of a first run, before OUT existed, agrees
+        if path.name.startswith("."):
+            problem: str | None = HIDDEN
+        elif isinstance(info, OSError):
+            problem = _unreachable(path, info)
         else:
-            stack.extend(reversed(visited))
+            problem = self._problem(info, source, in_class)
+        if problem is not None or not stat.S_ISDIR(info.st_mode):
+            return ImageItem(path, source, label, problem=problem)
+        return self._folder(path, source, label, info)
 
+    def _problem(self, info: os.stat_result, source: str, in_class: bool) -> str | None:
+        is_dir = stat.S_ISDIR(info.st_mode)
+        if info.st_dev in self.special:
+            return (f"on a special filesystem ({self.special[info.st_dev]}), which holds no "
+                    f"image files: not {'walked' if is_dir else 'read'}")
+        if not is_dir:
+            return _file_problem(info, in_class)
+        if _identity(info) not in self.walked:
+            return None
+        walked_as = self.walked[_identity(info)]
+        if walked_as is None or source.startswith(walked_as + "/"):
+            return LOOP
+        return f"the same folder as {walked_as}, walked already (each folder is walked once)"
 
-def _visit(root: Path, path: Path, label: int, ancestors: frozenset[Identity],
-           in_class: bool) -> ImageItem | list[Pending]:
-    """One input for `path`, or the entries of the folder it is, to visit next."""
-    source = display_name(str(path.relative_to(root)))
-    if path.name.startswith("."):
-        return ImageItem(path, source, label, problem=HIDDEN)
-    try:
-        info = os.stat(path)  # follows symlinks
-    except OSError as exc:
-        return ImageItem(path, source, label, problem=_unreachable(path, exc))
-    if not stat.S_ISDIR(info.st_mode):
-        return ImageItem(path, source, label, problem=_file_problem(info, in_class))
-    if _identity(info) in ancestors:
-        return ImageItem(path, source, label,
-                         problem="symlink loop: leads back to a folder it is in; not followed")
-    try:
-        entries = _sorted_entries(path)
-    except OSError as exc:
-        return ImageItem(path, source, label, problem=f"cannot list folder ({_why(exc)})")
-    inside = ancestors | {_identity(info)}
-    return [(Path(e.path), label, inside, True) for e in entries]
+    def _folder(self, path: Path, source: str, label: int,
+                info: os.stat_result) -> ImageItem | list[Pending]:
+        if is_datapipe_output(path):
+            return []
+        try:
+            entries = _sorted_entries(path)
+        except OSError as exc:
+            return ImageItem(path, source, label, problem=f"cannot list folder ({_why(exc)})")
+        self.walked[_identity(info)] = source
+        return [(Path(e.path), label, True) for e in entries]
+
+    def _is_out(self, info: os.stat_result | OSError) -> bool:
+        return isinstance(info, os.stat_result) and _identity(info) == self.out
 
 
 def _file_problem(info: os.stat_result, in_class: bool) -> str | None:
@@ -114,6 +163,14 @@ def _is_dir(entry: os.DirEntry) -> bool:
 
 def _identity(info: os.stat_result) -> Identity:
     return info.st_dev, info.st_ino
+
+
+def _stat(path: Path) -> os.stat_result | OSError:
+    """The stat of what `path` leads to (symlinks followed), or why there is none."""
+    try:
+        return os.stat(path)
+    except OSError as exc:
+        return exc
 
 
 def _unreachable(path: Path, exc: OSError) -> str:

@@ -113,7 +113,7 @@ def convert_images(src: Path, options: OutputOptions, settings: ImageSettings, w
     """Convert every image under SRC; `progress(done, total)` is called as inputs finish.
 
     `engine` runs the work (default: `workers` local processes); the output is the same."""
-    source = list_images(src)
+    source = list_images(src, leave_out=options.out if isinstance(options.out, Path) else None)
     engine = engine or LocalEngine(workers)
     columns = BASE_COLUMNS + tuple(Column(n, t) for n, t in source.extra_columns)
     settings_record = {**settings.record(), "shard_size": options.shard_size}

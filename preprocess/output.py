@@ -27,6 +27,7 @@ from datapipe.format.remote import is_url
 from datapipe.format.schema import Column
 from datapipe.format.writer import ShardSetWriter, rows_nbytes
 from preprocess.output_lock import LOCK_NAME, OutputLock
+from preprocess.reject_limit import RejectLimit, reject_share
 from preprocess.resume import JOURNAL_NAME, Journal
 from preprocess.upload import RemoteTarget, staging_directory
 
@@ -47,8 +48,12 @@ class OutputOptions:
     overwrite: bool = False
     strict: bool = False
     staging: Path | None = None  # for a URL: where shards are made before upload
+    max_rejects: RejectLimit | None = None  # None: any number, as long as one input converts
 
     def __post_init__(self) -> None:
+        if self.max_rejects is not None and not isinstance(self.max_rejects, RejectLimit):
+            raise ArgumentError(f"--max-rejects: expected a RejectLimit, got "
+                                f"{self.max_rejects!r}")
         if self.shard_format not in SHARD_FORMATS:
             raise ArgumentError(f"--format: {self.shard_format!r} is not one of {SHARD_FORMATS}")
         if self.shard_size < 1:
@@ -217,8 +222,9 @@ class OutputDirectory:
     def finish(self, inputs: int, settings: dict[str, Any], stats: dict[str, Any],
                tokenizer: dict[str, Any] | None = None,
                classes: tuple[str, ...] | None = None) -> ConversionResult:
-        """Flush the last shard, then write rejects and, last of all, the manifest (for a URL:
-        upload them, and the manifest last)."""
+        """Flush the last shard, write rejects, check the run did its work (or fail it, see
+        _check_work_done), and last of all the manifest (for a URL: upload them, and the
+        manifest last)."""
         out = self.options.out
         with _writing(out):
             self.writer.flush(tag=inputs)
@@ -226,6 +232,8 @@ class OutputDirectory:
             self._pending_rejects = []
             rejects_text = "".join(json.dumps(r) + "\n" for r in self.rejects)
             write_atomic(out / REJECTS_NAME, rejects_text.encode())
+        self._check_work_done(inputs)
+        with _writing(out):
             manifest = Manifest(
                 kind=self.kind, shard_format=self.options.shard_format, columns=self.columns,
                 shards=tuple(self.writer.shards), settings=settings, tokenizer=tokenizer,
@@ -243,6 +251,22 @@ class OutputDirectory:
                                 inputs=inputs, rejects=self.rejects,
                                 seconds=time.perf_counter() - self.started,
                                 resumed_shards=self.resumed_shards)
+
+    def _check_work_done(self, inputs: int) -> None:
+        """Fail a run that converted nothing, or rejected more than --max-rejects allows. What
+        it wrote stays as a conversion in progress, not a dataset (no manifest, nothing
+        uploaded): the same command with a higher limit then finishes it from the journal."""
+        converted = sum(shard.rows for shard in self.writer.shards)
+        rejected, listed = len(self.rejects), self.options.out / REJECTS_NAME
+        if not converted:
+            raise DataError(f"0 of {inputs:,} inputs converted, see {listed}" if inputs else
+                            "0 inputs: the sources hold nothing to convert")
+        limit = self.options.max_rejects
+        if limit is not None and limit.exceeded(rejected, inputs):
+            raise DataError(
+                f"{rejected:,} of {inputs:,} inputs rejected ({reject_share(rejected, inputs)}), "
+                f"more than --max-rejects {limit} allows; see {listed}. The {converted:,} samples "
+                "made are kept: the same command with a higher limit finishes the dataset")
 
     def _publish(self, manifest: Manifest) -> None:
         """Upload the staged dataset, then empty the staging folder (all but the lock). Until

@@ -33,7 +33,8 @@ BATCH_DOCUMENTS = 1024  # per call of the tokenizer: bounds its transient memory
 
 def _fingerprint(files: list[Path], tokenizer: TextTokenizer, settings: dict,
                  shard_format: str) -> str:
-    inputs = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    # Resolved: `big.jsonl` and `/abs/big.jsonl` are the same input, whichever a rerun names.
+    inputs = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
     return hash_bytes(json.dumps({"kind": "text", "format": shard_format, "inputs": inputs,
                                   "tokenizer": tokenizer.identity(), "settings": settings})
                       .encode())

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.errors import ArgumentError, DataError
+from preprocess.input_files import is_datapipe_output, require_regular_file, split_lines, strip_bom
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".ndjson", ".parquet")
 
@@ -31,20 +32,27 @@ def list_text_files(sources: list[Path]) -> list[Path]:
         if not src.exists():
             raise ArgumentError(f"SRC {src} does not exist")
         if src.is_dir():
-            # A folder named like a text file is not one; rglob lists what it holds anyway.
-            found = sorted(p for p in src.rglob("*")
-                           if p.suffix.lower() in TEXT_SUFFIXES and not p.is_dir())
-            if not found:
-                raise ArgumentError(f"SRC {src} holds no {'/'.join(TEXT_SUFFIXES)} files")
-            files.extend(found)
+            files.extend(_folder_files(src))
         elif src.suffix.lower() in TEXT_SUFFIXES:
             files.append(src)
         else:
             raise ArgumentError(f"SRC {src}: not a {'/'.join(TEXT_SUFFIXES)} file")
     for path in files:
-        if not path.is_file():  # a dangling link, or a FIFO that reading would block on
-            raise DataError(f"{path}: not a regular file (or a link to none)")
+        require_regular_file(path)
     return files
+
+
+def _folder_files(src: Path) -> list[Path]:
+    """The text files under `src`, in sorted order, but for those of a datapipe output (OUT
+    inside SRC holds rejects.jsonl): shards and their lists are not inputs."""
+    # A folder named like a text file is not one; rglob lists what it holds anyway.
+    found = sorted(p for p in src.rglob("*")
+                   if p.suffix.lower() in TEXT_SUFFIXES and not p.is_dir())
+    outputs = {folder for folder in {p.parent for p in found} if is_datapipe_output(folder)}
+    found = [p for p in found if p.parent not in outputs]
+    if not found:
+        raise ArgumentError(f"SRC {src} holds no {'/'.join(TEXT_SUFFIXES)} files")
+    return found
 
 
 def file_kind(path: Path, options: TextOptions) -> str:
@@ -94,23 +102,25 @@ def read_span(path: Path, span: TextSpan, text_field: str) -> SpanDocuments:
     if span.kind == "file":
         # As text-mode reading gives it, which a document per file always had.
         return SpanDocuments([(0, text.replace("\r\n", "\n").replace("\r", "\n"))], 1)
-    lines = text.splitlines()
+    lines = split_lines(text)
     if span.kind == "lines":
         return SpanDocuments(list(enumerate(lines)), len(lines))
     return _jsonl(lines, text_field)
 
 
 def _read_text(path: Path, start: int, stop: int) -> str:
+    """Bytes `start`..`stop` of the file as text; at its start, without the byte-order mark
+    some editors write (it would be part of the first document, or make its JSON invalid)."""
     try:
         with open(path, "rb") as file:
             file.seek(start)
-            data = file.read(stop - start)
-        return data.decode("utf-8")
+            text = file.read(stop - start).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {start + exc.start})") \
             from None
     except OSError as exc:
         raise DataError(f"{path}: unreadable ({exc.strerror or exc})") from None
+    return strip_bom(text) if start == 0 else text
 
 
 def _jsonl(lines: list[str], text_field: str) -> SpanDocuments:

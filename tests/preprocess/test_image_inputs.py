@@ -8,12 +8,14 @@ import os
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from datapipe.format import Dataset
+from preprocess.filesystems import special_devices
 from tests.conftest import run_cli_process
 from tests.imagegen import jpeg_bytes, make_image_folder, noise_image
 from tests.preprocess.helpers import unprivileged
@@ -199,7 +201,7 @@ def test_max_pixels_rejects_from_the_header_and_can_be_raised(cli, tmp_path: Pat
     src = make_image_folder(tmp_path / "src", classes=1, per_class=1, size=(96, 64))
     small = cli("convert", "images", src, tmp_path / "small", "--short-side", 0,
                 "--max-pixels", 5000)
-    assert small.code == 0, small.err
+    assert small.code == 1 and "0 of 1 inputs converted" in small.err  # its only input
     assert _rejects(tmp_path / "small") == {
         "class_0/img_000.jpg": "stored size 96x64 is 6,144 pixels, over --max-pixels 5,000"}
     # A budget above PIL's own decompression-bomb limit is honoured, not overruled by PIL.
@@ -228,3 +230,129 @@ def test_names_that_are_not_utf8_are_converted_and_listed_readably(cli, tmp_path
     assert list(_rejects(tmp_path / "out")) == ["class_0/r\\xe9sum\\xe9.txt"]
     strict = cli("convert", "images", src, tmp_path / "strict", "--strict")
     assert strict.code == 1 and "class_0/r\\xe9sum\\xe9.txt: not an image" in strict.err
+
+
+def _convert_under_timeout(src: Path, out: Path, *args: object) -> subprocess.CompletedProcess:
+    """The CLI in a process of its own: an input that makes it run forever fails the test."""
+    try:
+        return run_cli_process("convert", "images", src, out, "--workers", 1, *args,
+                               timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"convert images {src} did not end within 60 s")
+
+
+@pytest.mark.parametrize("name", ["list.csv", "list.jsonl"])
+def test_a_fifo_as_the_list_of_images_is_refused_at_once(tmp_path: Path, name: str) -> None:
+    os.mkfifo(tmp_path / name)
+    result = _convert_under_timeout(tmp_path / name, tmp_path / "out")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"datapipe: error: {tmp_path / name}: not a regular file "
+                                     "(or a link to none)")
+
+
+def test_links_to_the_root_proc_and_sys_are_rejects_and_the_run_ends(tmp_path: Path) -> None:
+    """Once a scan that never ended (growing ~22 MB/s): every folder of /proc, followed."""
+    if "proc" not in special_devices().values():
+        pytest.skip("no proc filesystem mounted here")
+    src = make_image_folder(tmp_path / "src", classes=2, per_class=2)
+    (src / "class_0" / "root").symlink_to("/")
+    (src / "class_0" / "proc").symlink_to("/proc")
+    (src / "class_1" / "sys").symlink_to("/sys")
+    (src / "class_1" / "self_environ.jpg").symlink_to("/proc/self/environ")  # a regular file
+    (src / "class_1" / "src_again").symlink_to(src)
+    started = time.monotonic()
+    result = _convert_under_timeout(src, tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 30
+    rejects = _rejects(tmp_path / "out")
+    assert rejects == {
+        "class_0/root": "symlink loop: leads back to a folder it is in; not followed",
+        "class_0/proc": "on a special filesystem (proc), which holds no image files: not walked",
+        "class_1/sys": "on a special filesystem (sysfs), which holds no image files: not walked",
+        "class_1/self_environ.jpg": "on a special filesystem (proc), which holds no image "
+                                    "files: not read",
+        "class_1/src_again": "symlink loop: leads back to a folder it is in; not followed"}
+    assert len(_paths(tmp_path / "out")) == 4
+
+
+def test_a_folder_reached_by_two_links_is_walked_once(cli, tmp_path: Path) -> None:
+    src = make_image_folder(tmp_path / "src", classes=2, per_class=1)
+    album = tmp_path / "elsewhere" / "album"
+    (album / "inner").mkdir(parents=True)
+    (album / "a.jpg").write_bytes(jpeg_bytes(noise_image(40, 30, 1)))
+    (album / "inner" / "b.jpg").write_bytes(jpeg_bytes(noise_image(40, 30, 2)))
+    (src / "class_0" / "album").symlink_to(album)
+    (src / "class_1" / "same_album").symlink_to(album)
+    (src / "class_1" / "inner_again").symlink_to(album / "inner")
+    result = cli("convert", "images", src, tmp_path / "out", "--workers", 1)
+    assert result.code == 0, result.err
+    assert sorted(_paths(tmp_path / "out")) == [
+        "class_0/album/a.jpg", "class_0/album/inner/b.jpg", "class_0/img_000.jpg",
+        "class_1/img_000.jpg"]
+    assert _rejects(tmp_path / "out") == {
+        "class_1/inner_again": "the same folder as class_0/album/inner, walked already (each "
+                               "folder is walked once)",
+        "class_1/same_album": "the same folder as class_0/album, walked already (each folder "
+                              "is walked once)"}
+
+
+def test_special_devices_come_from_the_mount_table(tmp_path: Path) -> None:
+    table = tmp_path / "mountinfo"
+    table.write_text(
+        "22 27 0:21 / /proc rw,relatime - proc proc rw\n"
+        "24 27 0:6 / /dev rw,relatime - devtmpfs devtmpfs rw,mode=755\n"
+        "25 24 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw\n"
+        "27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
+        "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+        "garbage\n")
+    assert special_devices(str(table)) == {os.makedev(0, 21): "proc", os.makedev(0, 6): "devtmpfs",
+                                           os.makedev(0, 38): "cgroup2"}
+    assert special_devices(str(tmp_path / "none")) == {}
+
+
+@pytest.mark.parametrize("where", ["out", "class_0/out", ".out"])
+def test_out_inside_src_is_left_out_of_the_scan(cli, tmp_path: Path, where: str) -> None:
+    """A rerun with --overwrite once scanned its own output: a class of shards, all rejects."""
+    src = make_image_folder(tmp_path / "src", classes=2, per_class=2)
+    out = src / where
+    first = cli("convert", "images", src, out, "--workers", 1)
+    assert first.code == 0, first.err
+    shards = {p.name: p.read_bytes() for p in out.glob("shard-*")}
+    again = cli("convert", "images", src, out, "--workers", 1, "--overwrite")
+    assert again.code == 0, again.err
+    assert "of 4 inputs (0 rejected, 0 %)" in again.out
+    with Dataset(out) as ds:
+        assert ds.manifest.classes == ("class_0", "class_1")
+        assert ds.manifest.stats == {"inputs": 4, "rejected": 0}
+    assert {p.name: p.read_bytes() for p in out.glob("shard-*")} == shards
+
+
+def test_other_datasets_and_conversions_in_progress_are_not_inputs(cli, tmp_path: Path) -> None:
+    src = make_image_folder(tmp_path / "src", classes=2, per_class=2)
+    photos = make_image_folder(tmp_path / "photos", classes=1, per_class=2)
+    assert cli("convert", "images", photos, src / "class_0" / "old", "--workers", 1).code == 0
+    assert cli("convert", "images", photos, src / "older", "--workers", 1).code == 0
+    (src / "class_1" / "running").mkdir()
+    (src / "class_1" / "running" / ".datapipe-convert.jsonl").write_text('{"fingerprint": 1}\n')
+    (src / "class_1" / "running" / "shard-00000.arrow").write_bytes(b"half")
+    result = cli("convert", "images", src, tmp_path / "out", "--workers", 1)
+    assert result.code == 0, result.err
+    assert "of 4 inputs (0 rejected, 0 %)" in result.out
+    with Dataset(tmp_path / "out") as ds:
+        assert ds.manifest.classes == ("class_0", "class_1")  # not `older`
+        assert ds.manifest.stats == {"inputs": 4, "rejected": 0}
+
+
+def test_a_stopped_run_with_out_inside_src_resumes(cli, tmp_path: Path) -> None:
+    """The scan of the first run, before OUT existed, and of the rerun, with OUT holding the
+    journal, must list the same inputs, or the rerun is refused as one with other inputs."""
+    src = make_image_folder(tmp_path / "src", classes=2, per_class=6, size=(96, 64))
+    (src / "class_1" / "zz_notes.txt").write_text("not an image, and last\n")
+    args = ["convert", "images", src, src / "out", "--workers", 1, "--shard-size", "8KB"]
+    stopped = cli(*args, "--strict")
+    assert stopped.code == 1 and "zz_notes.txt" in stopped.err
+    assert (src / "out" / ".datapipe-convert.jsonl").exists()
+    resumed = cli(*args)
+    assert resumed.code == 0, resumed.err
+    assert "kept from the interrupted run" in resumed.out
+    assert list(_rejects(src / "out")) == ["class_1/zz_notes.txt"]

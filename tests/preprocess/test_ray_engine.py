@@ -85,6 +85,19 @@ def test_text_on_ray_is_byte_identical_to_the_local_engine(cli, ray_address: str
     assert len((tmp_path / "ray" / "rejects.jsonl").read_text().splitlines()) == 2
 
 
+def test_on_ray_a_run_past_max_rejects_fails_as_on_the_local_engine(cli, ray_address: str,
+                                                                     images: Path,
+                                                                     tmp_path: Path) -> None:
+    """Both engines end in the same OutputDirectory: the same limit, message and exit status."""
+    results = {engine: cli("convert", "images", images, tmp_path / engine, "--short-side", 32,
+                           "--max-rejects", 0, "--engine", engine)
+               for engine in ("local", "ray")}
+    assert results["ray"].code == results["local"].code == 1
+    assert results["ray"].err.replace("/ray/", "/local/") == results["local"].err
+    assert "inputs rejected" in results["ray"].err
+    assert not (tmp_path / "ray" / "manifest.json").exists()
+
+
 def _assert_batch_sizes_are_the_writers(spec: str) -> None:
     """Workers size each document for the shard cut; the writer's own sum must agree."""
     import numpy as np

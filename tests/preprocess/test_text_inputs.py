@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from datapipe.format import Dataset
 from tests.conftest import run_cli_process
@@ -91,3 +92,55 @@ def test_text_files_that_cannot_be_read_are_one_line_not_a_traceback_or_a_hang(
         assert bad.stderr.strip() == (f"datapipe: error: {corpus / name}: not a regular file "
                                       "(or a link to none)")
         (corpus / name).unlink()
+
+
+def test_out_inside_a_folder_of_text_is_left_out_of_it(cli, tmp_path: Path) -> None:
+    """A rerun with --overwrite once read OUT/rejects.jsonl as a corpus (and stopped: its
+    first record has no 'text')."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "docs.jsonl").write_text('{"text": "kept"}\n{"text": ""}\n')
+    first = cli("convert", "text", corpus, corpus / "out", "--tokenizer", "bytes")
+    assert first.code == 0, first.err
+    again = cli("convert", "text", corpus, corpus / "out", "--tokenizer", "bytes", "--overwrite")
+    assert again.code == 0, again.err
+    assert _texts(corpus / "out") == ["kept"]
+    with Dataset(corpus / "out") as ds:
+        assert ds.manifest.stats == {"inputs": 2, "rejected": 1}
+
+
+def test_jsonl_lines_are_numbered_as_a_file_reader_numbers_them(cli, tmp_path: Path) -> None:
+    """JSON strings may hold U+2028 and U+0085 as they are; str.splitlines cut such a record
+    in two rejects and numbered every later line wrongly."""
+    src = tmp_path / "docs.jsonl"
+    lines = [json.dumps({"text": "one\u2028line\x85still"}, ensure_ascii=False), "{broken",
+             json.dumps({"text": "last"})]
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = cli("convert", "text", src, tmp_path / "out", "--tokenizer", "bytes")
+    assert result.code == 0, result.err
+    assert _texts(tmp_path / "out") == ["one\u2028line\x85still", "last"]
+    assert list(_rejects(tmp_path / "out")) == [f"{src}:2"]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_document(cli, tmp_path: Path) -> None:
+    (tmp_path / "docs.jsonl").write_bytes(b"\xef\xbb\xbf" + b'{"text": "first"}\n')
+    (tmp_path / "lines.txt").write_bytes(b"\xef\xbb\xbfone\ntwo\n")
+    result = cli("convert", "text", tmp_path / "docs.jsonl", tmp_path / "lines.txt",
+                 tmp_path / "out", "--tokenizer", "bytes")
+    assert result.code == 0, result.err
+    assert _texts(tmp_path / "out") == ["first", "one", "two"]
+
+
+def test_a_run_stopped_as_an_absolute_path_resumes_as_a_relative_one(
+        cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once refused as "an interrupted conversion with other inputs"."""
+    lines = [json.dumps({"text": f"document number {i}"}) for i in range(2000)] + ["{broken"]
+    (tmp_path / "big.jsonl").write_text("\n".join(lines) + "\n")
+    args = ["--tokenizer", "bytes", "--shard-size", "8KB", "--workers", 1]
+    stopped = cli("convert", "text", tmp_path / "big.jsonl", tmp_path / "out", *args, "--strict")
+    assert stopped.code == 1 and "line 2001" in stopped.err
+    monkeypatch.chdir(tmp_path)
+    resumed = cli("convert", "text", "big.jsonl", "out", *args)
+    assert resumed.code == 0, resumed.err
+    assert "kept from the interrupted run" in resumed.out
+    assert len(_texts(tmp_path / "out")) == 2000
