@@ -19,12 +19,13 @@ from datapipe.format.sources import resolve_location
 from datapipe.image.batch_ops import BatchTransforms, split_for_workers
 from datapipe.image.normalize import TORCH_DTYPES
 from datapipe.image.transforms import Transform, as_pipeline
+from datapipe.loader.arguments import check_counter, check_flag, check_optional
 from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
-from datapipe.loader.progress_state import check_counter, manifest_fingerprint
+from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.sampling.order import EpochPlan, SampleRemainder, epoch_permutation
 from datapipe.system import available_cores
 
@@ -67,21 +68,21 @@ class Loader(LoaderBase):
                  extra_columns: tuple[str, ...] | None = None, verify: str = "cheap",
                  cache_dir: str | Path | None = None, cache_size: int | str | None = None,
                  fields: Iterable[str] | None = None) -> None:
-        if batch_size < 1:
-            raise ArgumentError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = check_counter("batch_size", batch_size, minimum=1)
+        prefetch = check_counter("prefetch", prefetch, minimum=1)
+        seed = check_counter("seed", seed)
+        num_workers = check_optional("num_workers", num_workers)
+        shuffle, drop_last, persistent = (check_flag("shuffle", shuffle),
+                                          check_flag("drop_last", drop_last),
+                                          check_flag("persistent", persistent))
         if decode not in DECODERS:
             raise ArgumentError(f"decode must be one of {DECODERS}, got {decode!r}")
         verify = check_verify_mode(verify)
         super().__init__(path, fields)
-        if prefetch < 1:
-            raise ArgumentError(f"prefetch must be >= 1, got {prefetch}")
         self.path = resolve_location(path, cache_dir, cache_size)
-        seed = check_counter("seed", seed)
         self.batch_size, self.shuffle, self.seed, self.drop_last = (batch_size, shuffle, seed,
                                                                     drop_last)
         self.num_workers = available_cores() if num_workers is None else num_workers
-        if self.num_workers < 0:
-            raise ArgumentError(f"num_workers must be >= 0, got {num_workers}")
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self._group_implicit = rank is None and world_size is None
         self.device = resolve_device(device)
