@@ -20,7 +20,7 @@ from datapipe.image.batch_ops import BatchTransforms, split_for_workers
 from datapipe.image.normalize import TORCH_DTYPES
 from datapipe.image.transforms import Transform, as_pipeline
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
-from datapipe.loader.base import LoaderBase
+from datapipe.loader.base import LoaderBase, refuse_empty
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
@@ -112,6 +112,7 @@ class Loader(LoaderBase):
         if ds.manifest.kind != "images":
             raise DataError(f"{ds.directory}: a {ds.manifest.kind} dataset; Loader reads images "
                             "(use TokenLoader for text)")
+        refuse_empty(ds)
 
     @staticmethod
     def _output_size(ds: Dataset, pipeline: Any) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from datapipe.format.dataset import Dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
-from datapipe.loader.base import LoaderBase
+from datapipe.loader.base import LoaderBase, refuse_empty
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import prefetch_to_device, resolve_device
 from datapipe.loader.distributed import resolve_rank
@@ -244,6 +244,7 @@ def _check_text_dataset(ds: Dataset, tokenizer: str | None) -> None:
     manifest = ds.manifest
     if manifest.kind != "text":
         raise DataError(f"{ds.directory}: a {manifest.kind} dataset; TokenLoader reads text")
+    refuse_empty(ds)
     if tokenizer is None:
         return
     stored = manifest.tokenizer or {}

@@ -1,16 +1,20 @@
 """Every argument of Loader and TokenLoader is checked when the loader is made: a float, a bool
 or a string where an integer belongs (or a string where a flag does) is a one-line
-`ArgumentError` naming the argument, never a `TypeError` from deep inside."""
+`ArgumentError` naming the argument, never a `TypeError` from deep inside; an empty dataset says
+it is empty."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import datapipe as dp
-from datapipe.errors import ArgumentError
+from datapipe.errors import ArgumentError, DataError
+from datapipe.format import Manifest
 from tests.conftest import convert
 from tests.imagegen import make_image_folder
 
@@ -31,6 +35,14 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "a.txt").write_text("\n".join(["some words here"] * 20) + "\n")
     convert("text", root / "a.txt", root / "out", "--tokenizer", "bytes")
     return root / "out"
+
+
+def _emptied(dataset: Path, into: Path, stats: dict) -> Path:
+    """The dataset's manifest with no shards: a dataset of 0 samples."""
+    manifest = Manifest.load(dataset)
+    into.mkdir()
+    dataclasses.replace(manifest, shards=(), stats=stats).save(into)
+    return into
 
 
 IMAGE_INTEGERS = ["batch_size", "num_workers", "prefetch", "seed"]
@@ -91,3 +103,19 @@ def test_integers_of_any_integer_type_and_numpy_flags_are_taken(shards: Path,
         assert tokens.max_tokens == 64 and type(tokens.max_tokens) is int
         assert sum(1 for _ in tokens) >= 1
 
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_empty_image_dataset_is_refused(shards: Path, tmp_path: Path, workers: int) -> None:
+    empty = _emptied(shards, tmp_path / "empty", {"inputs": 3, "rejected": 3})
+    with pytest.raises(DataError) as refused:
+        dp.Loader(empty, batch_size=4, num_workers=workers, transform=CROP)
+    assert str(refused.value) == (f"{empty}: the dataset is empty, 0 samples: all 3 inputs were "
+                                  "rejected when it was converted (see rejects.jsonl beside the "
+                                  "manifest)")
+
+
+def test_an_empty_text_dataset_is_refused(corpus: Path, tmp_path: Path) -> None:
+    empty = _emptied(corpus, tmp_path / "empty", {})
+    with pytest.raises(DataError, match=r"^.*empty: the dataset is empty, 0 samples$"):
+        dp.TokenLoader(empty, max_tokens=64, num_workers=0)
+    assert json.loads((empty / "manifest.json").read_text())["shards"] == []
