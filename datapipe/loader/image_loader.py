@@ -134,15 +134,28 @@ class Loader(LoaderBase):
             ds.manifest.column(name)
         return tuple(wanted)
 
+    def _largest_batch(self) -> int:
+        """The most samples a batch of this rank can hold: batch_size, or the rank's share of
+        an epoch, ceil(N / world_size), when that is less (what a resume leaves is no more)."""
+        return min(self.batch_size, -(-self.num_samples // self.world_size))
+
     def _make_producer(self, persistent: bool, prefetch: int) -> Any:
+        # Buffers for the batch that can exist, not for batch_size: 10**9 over 2,000 samples
+        # is a batch of 2,000.
+        largest = self._largest_batch()
         if self.decode == "dali":
             from datapipe.image.dali_backend import DaliProducer
 
-            return DaliProducer(self.spec, self.batch_size, self.num_workers, self.device,
+            return DaliProducer(self.spec, largest, self.num_workers, self.device,
                                 self._feed.stream)
         make_builder = functools.partial(ImageBatchBuilder, self.spec)
-        return BatchProducer(make_builder, self.num_workers, prefetch,
-                             self.spec.slot_nbytes(self.batch_size), persistent)
+        producer = BatchProducer(make_builder, self.num_workers, prefetch,
+                                 self.spec.slot_nbytes(largest), persistent)
+        h, w = self.spec.out_size
+        producer.check_memory(self._passes.owner, f"a batch of {largest} images of {h}x{w}x3 "
+                              f"{self.spec.pixel_dtype}", "batch_size, the crop size, "
+                              "num_workers or prefetch")
+        return producer
 
     # --- the DataLoader-like surface -----------------------------------------------------
 

@@ -133,9 +133,13 @@ class TokenLoader(LoaderBase):
             check_fits_padded(self.lengths, max_tokens, pad_to_multiple_of)  # fail early
         self._tokens_seen = 0
         self._tokens_computed = 0
+        tokens = self._max_batch_tokens()
         self._producer = BatchProducer(
             functools.partial(TokenBatchBuilder, self.path, verify), num_workers, prefetch,
-            self._max_batch_tokens() * self.token_dtype.itemsize, persistent)
+            tokens * self.token_dtype.itemsize, persistent)
+        self._producer.check_memory(self._passes.owner, f"a batch of up to {tokens:,} tokens "
+                                    f"({self.token_dtype})", "max_tokens (or batch_size, or "
+                                    "seq_len), num_workers or prefetch")
 
     def _validate(self) -> None:
         """How the (already integer) settings fit together."""
@@ -161,13 +165,15 @@ class TokenLoader(LoaderBase):
         return rows
 
     def _max_batch_tokens(self) -> int:
-        """Upper bound on real tokens in one batch: the size of a shared-memory slot."""
+        """Upper bound on real tokens in one batch, the size of its buffer: the budget, but
+        never more than the whole corpus (max_tokens=10**12 over 2 M tokens is 2 M)."""
         if self.layout == "fixed":
-            return self._rows_per_batch() * self.seq_len
-        if self.max_tokens is not None:
-            return self.max_tokens
-        longest = np.sort(self.lengths)[::-1][: self.batch_size]
-        return int(longest.sum()) or 1
+            budget = self._rows_per_batch() * self.seq_len
+        elif self.max_tokens is not None:
+            budget = self.max_tokens
+        else:
+            budget = int(np.sort(self.lengths)[::-1][: self.batch_size].sum())
+        return max(1, min(budget, int(self.lengths.sum())))
 
     # --- plans ---------------------------------------------------------------------------
 
