@@ -13,7 +13,7 @@ from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
 from datapipe.loader.distributed import check_group_unchanged
 from datapipe.loader.lifetime import close_at_exit
-from datapipe.loader.passes import PassGuard
+from datapipe.loader.passes import OneThreadIterator, PassGuard
 from datapipe.loader.progress_state import LoaderPosition, make_state, restore_position
 from datapipe.sampling.elastic import Remainder, follow
 
@@ -93,9 +93,8 @@ class LoaderBase:
         from datapipe.profiling.auto import auto_profiler
 
         profiler = auto_profiler()  # `datapipe profile -- python train.py` switches this on
-        if profiler is not None:
-            return profiler.wrap(self)
-        return self._iterate()
+        batches = profiler.wrap(self) if profiler is not None else self._iterate()
+        return OneThreadIterator(batches, self._passes.owner)
 
     def _iterate(self) -> Iterator[Any]:
         """One pass: each batch as a dict, or as the tuple `fields` names."""
