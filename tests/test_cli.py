@@ -139,3 +139,20 @@ def test_bench_suite_without_the_benchmarks_folder_is_one_line(
     result = cli("bench", "--suite", "images", "--smoke")
     assert result.code == 2 and "Traceback" not in result.err
     assert "--suite needs the benchmarks/ folder of a datapipe checkout" in result.err
+
+
+def test_bench_on_an_empty_dataset_says_it_is_empty(cli, image_folder: Path,
+                                                    tmp_path: Path) -> None:
+    """Before, it blamed --epochs and --batch-size ("make at most one batch")."""
+    import dataclasses
+
+    from datapipe.format import Manifest
+
+    out = tmp_path / "out"
+    assert cli("convert", "images", image_folder, out).code == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    dataclasses.replace(Manifest.load(out), shards=(), stats={}).save(empty)
+    result = cli("bench", empty, "--workers", "1", "--crop", "32")
+    assert result.code == 1 and result.out == ""
+    assert result.err == f"datapipe: error: {empty}: the dataset is empty, 0 samples\n"

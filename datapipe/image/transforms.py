@@ -3,12 +3,18 @@
 Geometry (crop, resize, flip) is planned per sample from the stored height and width and done
 during decode, so only what is needed is decoded. Photometric steps (colour jitter, normalise)
 run once per batch on the target device.
+
+Every argument is checked when the transform is made: a probability outside [0, 1], a zero std or
+a crop size that is not a whole number is an `ArgumentError` there, not a worker's traceback at
+the first batch nor batches of infinities.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -24,11 +30,56 @@ def _steps(t: Transform) -> tuple[Transform, ...]:
     return t.steps if isinstance(t, Pipeline) else (t,)
 
 
-def _size_pair(size: int | tuple[int, int]) -> tuple[int, int]:
-    h, w = (size, size) if isinstance(size, int) else size
-    if h < 1 or w < 1:
-        raise ArgumentError(f"output size must be positive, got {size}")
-    return int(h), int(w)
+def _is_real(value: Any) -> bool:
+    """A finite real number: not a bool, a string, NaN or an infinity."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+        math.isfinite(value)
+
+
+def _reals(value: Any, count: int) -> tuple[float, ...] | None:
+    """`value` as `count` finite real numbers, or None when it is not that."""
+    if isinstance(value, str | bytes):
+        return None
+    try:
+        items = tuple(value)
+    except TypeError:
+        return None
+    if len(items) != count or not all(_is_real(v) for v in items):
+        return None
+    return tuple(float(v) for v in items)
+
+
+def _interval(value: Any, low: float, high: float) -> tuple[float, float] | None:
+    """`value` as an ordered pair (lo, hi) with low < lo <= hi <= high, or None."""
+    pair = _reals(value, 2)
+    return pair if pair is not None and low < pair[0] <= pair[1] <= high else None
+
+
+def _is_side(value: Any) -> bool:
+    """A whole number of pixels, at least one (NumPy integers too; not a bool)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def _size_pair(size: int | tuple[int, int], what: str = "output size") -> tuple[int, int]:
+    pair = (size, size) if _is_side(size) else size
+    if isinstance(pair, tuple | list) and len(pair) == 2 and all(_is_side(v) for v in pair):
+        return int(pair[0]), int(pair[1])
+    raise ArgumentError(f"{what} must be a positive integer or a (height, width) pair of "
+                        f"them, got {size!r}")
+
+
+def _jitter_strength(name: str, value: Any) -> float | tuple[float, float]:
+    """A ColorJitter strength: a number (hue: at most 0.5), or an explicit (lo, hi) range of
+    factors (hue: of shifts, within [-0.5, 0.5])."""
+    low, high = (-0.5, 0.5) if name == "hue" else (0.0, math.inf)
+    if _is_real(value) and 0 <= value <= high:
+        return float(value)
+    pair = _reals(value, 2)
+    if pair is not None and low <= pair[0] <= pair[1] <= high:
+        return pair
+    allowed = ("a number in [0, 0.5] or an ordered (lo, hi) pair within [-0.5, 0.5]"
+               if name == "hue" else "a finite number >= 0 or an ordered (lo, hi) pair of them")
+    raise ArgumentError(f"ColorJitter {name} must be {allowed}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -41,13 +92,16 @@ class RandomResizedCrop(Transform):
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
 
     def __post_init__(self) -> None:
-        _size_pair(self.size)
-        if not 0 < self.scale[0] <= self.scale[1] <= 1:
+        _size_pair(self.size, "RandomResizedCrop size")
+        scale, ratio = _interval(self.scale, 0, 1), _interval(self.ratio, 0, math.inf)
+        if scale is None:
             raise ArgumentError(f"RandomResizedCrop scale must satisfy 0 < lo <= hi <= 1, got "
-                                f"{self.scale}")
-        if not 0 < self.ratio[0] <= self.ratio[1]:
+                                f"{self.scale!r}")
+        if ratio is None:
             raise ArgumentError(f"RandomResizedCrop ratio must be positive and ordered, got "
-                                f"{self.ratio}")
+                                f"{self.ratio!r}")
+        object.__setattr__(self, "scale", scale)
+        object.__setattr__(self, "ratio", ratio)
 
 
 @dataclass(frozen=True)
@@ -59,24 +113,35 @@ class CenterCrop(Transform):
     fraction: float = 0.875
 
     def __post_init__(self) -> None:
-        _size_pair(self.size)
-        if not 0 < self.fraction <= 1:
-            raise ArgumentError(f"CenterCrop fraction must be in (0, 1], got {self.fraction}")
+        _size_pair(self.size, "CenterCrop size")
+        if not (_is_real(self.fraction) and 0 < self.fraction <= 1):
+            raise ArgumentError(f"CenterCrop fraction must be in (0, 1], got {self.fraction!r}")
 
 
 @dataclass(frozen=True)
 class HorizontalFlip(Transform):
     p: float = 0.5
 
+    def __post_init__(self) -> None:
+        if not (_is_real(self.p) and 0 <= self.p <= 1):
+            raise ArgumentError(f"HorizontalFlip p must be a probability in [0, 1], got "
+                                f"{self.p!r}")
+
 
 @dataclass(frozen=True)
 class ColorJitter(Transform):
-    """Batched on the device (kornia); factors as in torchvision."""
+    """Batched on the device (kornia); factors as in torchvision: a number s for brightness,
+    contrast and saturation draws a factor from [max(0, 1 - s), 1 + s], one for hue a shift from
+    [-s, s] (s <= 0.5); an explicit (lo, hi) range may be given instead."""
 
-    brightness: float = 0.0
-    contrast: float = 0.0
-    saturation: float = 0.0
-    hue: float = 0.0
+    brightness: float | tuple[float, float] = 0.0
+    contrast: float | tuple[float, float] = 0.0
+    saturation: float | tuple[float, float] = 0.0
+    hue: float | tuple[float, float] = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("brightness", "contrast", "saturation", "hue"):
+            object.__setattr__(self, name, _jitter_strength(name, getattr(self, name)))
 
 
 @dataclass(frozen=True)
@@ -89,6 +154,15 @@ class Normalize(Transform):
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
+        mean, std = _reals(self.mean, 3), _reals(self.std, 3)
+        if mean is None:
+            raise ArgumentError(f"Normalize mean must be 3 finite numbers (one per channel), "
+                                f"got {self.mean!r}")
+        if std is None or min(std) <= 0:
+            raise ArgumentError(f"Normalize std must be 3 finite numbers above 0 (one per "
+                                f"channel), got {self.std!r}")
+        object.__setattr__(self, "mean", mean)
+        object.__setattr__(self, "std", std)
         if self.dtype not in ("float32", "float16", "bfloat16"):
             raise ArgumentError(f"Normalize dtype {self.dtype!r} is not float32/float16/bfloat16")
 

@@ -9,14 +9,27 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from datapipe.errors import ArgumentError
+from datapipe.errors import ArgumentError, DataError
+from datapipe.format.dataset import Dataset
 from datapipe.loader.distributed import check_group_unchanged
 from datapipe.loader.lifetime import close_at_exit
-from datapipe.loader.passes import PassGuard
+from datapipe.loader.passes import OneThreadIterator, PassGuard
 from datapipe.loader.progress_state import LoaderPosition, make_state, restore_position
 from datapipe.sampling.elastic import Remainder, follow
 
 _CACHED_PLANS = 2  # the epoch under way and the next one, which workers start on early
+
+
+def refuse_empty(ds: Dataset) -> None:
+    """A dataset with nothing in it is an error, not an epoch of no batches: a training loop
+    over it would run no step and report success."""
+    if len(ds):
+        return
+    stats, why = ds.manifest.stats, ""
+    if stats.get("inputs") and stats.get("rejected") == stats.get("inputs"):
+        why = (f": all {stats['inputs']} inputs were rejected when it was converted (see "
+               "rejects.jsonl beside the manifest)")
+    raise DataError(f"{ds.directory}: the dataset is empty, 0 samples{why}")
 
 
 class EpochSampler:
@@ -80,9 +93,8 @@ class LoaderBase:
         from datapipe.profiling.auto import auto_profiler
 
         profiler = auto_profiler()  # `datapipe profile -- python train.py` switches this on
-        if profiler is not None:
-            return profiler.wrap(self)
-        return self._iterate()
+        batches = profiler.wrap(self) if profiler is not None else self._iterate()
+        return OneThreadIterator(batches, self._passes.owner)
 
     def _iterate(self) -> Iterator[Any]:
         """One pass: each batch as a dict, or as the tuple `fields` names."""

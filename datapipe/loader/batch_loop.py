@@ -15,7 +15,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from datapipe.loader.workers import BatchBuilder, BatchTask, WorkerPool
+from datapipe.loader.memory_budget import check_buffers_fit
+from datapipe.loader.workers import SPARE_SLOTS, BatchBuilder, BatchTask, WorkerPool
 
 
 class Plan(Protocol):
@@ -53,6 +54,17 @@ class BatchProducer:
         self.started_at: float | None = None  # when worker processes were started
         self._in_flight = 0   # submitted, not yet handed out
         self._carry: _Stream | None = None  # the next epoch, already started
+
+    def check_memory(self, owner: str, batch: str, remedy: str) -> None:
+        """Refuse, before any worker starts, batch buffers that cannot all fit in memory
+        (`batch`: what one buffer holds; `remedy`: the settings that shrink them)."""
+        if self.num_workers:
+            count = self.num_workers * self.prefetch + SPARE_SLOTS
+            why = (f"{self.num_workers} workers x prefetch {self.prefetch} in flight, "
+                   f"+ {SPARE_SLOTS} spare")
+        else:
+            count, why = 2, "the batch being built and the one the caller holds"
+        check_buffers_fit(owner, batch, self.slot_nbytes, why, count, remedy)
 
     def batches(self, plan: Plan, epoch: int, start: int,
                 upcoming: Callable[[], tuple[Plan, int]] | None = None,

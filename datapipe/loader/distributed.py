@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datapipe.errors import ArgumentError
+from datapipe.loader.arguments import check_counter
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -14,7 +15,8 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
         return 0, 1
     if rank is None or world_size is None:
         raise ArgumentError("give both rank and world_size, or neither")
-    if world_size < 1 or not 0 <= rank < world_size:
+    rank, world_size = check_counter("rank", rank), check_counter("world_size", world_size, 1)
+    if not rank < world_size:
         raise ArgumentError(f"rank {rank} / world_size {world_size}: need 0 <= rank < world_size")
     return rank, world_size
 

@@ -20,12 +20,13 @@ from datapipe.image.batch_ops import BatchTransforms, split_for_workers
 from datapipe.image.cpu_decode import warn_if_slow_path
 from datapipe.image.normalize import TORCH_DTYPES
 from datapipe.image.transforms import Transform, as_pipeline
-from datapipe.loader.base import LoaderBase
+from datapipe.loader.arguments import check_counter, check_flag, check_optional
+from datapipe.loader.base import LoaderBase, refuse_empty
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
-from datapipe.loader.progress_state import check_counter, manifest_fingerprint
+from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.sampling.order import EpochPlan, SampleRemainder, epoch_permutation
 from datapipe.system import available_cores
 
@@ -68,21 +69,21 @@ class Loader(LoaderBase):
                  extra_columns: tuple[str, ...] | None = None, verify: str = "cheap",
                  cache_dir: str | Path | None = None, cache_size: int | str | None = None,
                  fields: Iterable[str] | None = None) -> None:
-        if batch_size < 1:
-            raise ArgumentError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = check_counter("batch_size", batch_size, minimum=1)
+        prefetch = check_counter("prefetch", prefetch, minimum=1)
+        seed = check_counter("seed", seed)
+        num_workers = check_optional("num_workers", num_workers)
+        shuffle, drop_last, persistent = (check_flag("shuffle", shuffle),
+                                          check_flag("drop_last", drop_last),
+                                          check_flag("persistent", persistent))
         if decode not in DECODERS:
             raise ArgumentError(f"decode must be one of {DECODERS}, got {decode!r}")
         verify = check_verify_mode(verify)
         super().__init__(path, fields)
-        if prefetch < 1:
-            raise ArgumentError(f"prefetch must be >= 1, got {prefetch}")
         self.path = resolve_location(path, cache_dir, cache_size)
-        seed = check_counter("seed", seed)
         self.batch_size, self.shuffle, self.seed, self.drop_last = (batch_size, shuffle, seed,
                                                                     drop_last)
         self.num_workers = available_cores() if num_workers is None else num_workers
-        if self.num_workers < 0:
-            raise ArgumentError(f"num_workers must be >= 0, got {num_workers}")
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self._group_implicit = rank is None and world_size is None
         self.device = resolve_device(device)
@@ -114,6 +115,7 @@ class Loader(LoaderBase):
         if ds.manifest.kind != "images":
             raise DataError(f"{ds.directory}: a {ds.manifest.kind} dataset; Loader reads images "
                             "(use TokenLoader for text)")
+        refuse_empty(ds)
 
     @staticmethod
     def _output_size(ds: Dataset, pipeline: Any) -> tuple[int, int]:
@@ -135,15 +137,28 @@ class Loader(LoaderBase):
             ds.manifest.column(name)
         return tuple(wanted)
 
+    def _largest_batch(self) -> int:
+        """The most samples a batch of this rank can hold: batch_size, or the rank's share of
+        an epoch, ceil(N / world_size), when that is less (what a resume leaves is no more)."""
+        return min(self.batch_size, -(-self.num_samples // self.world_size))
+
     def _make_producer(self, persistent: bool, prefetch: int) -> Any:
+        # Buffers for the batch that can exist, not for batch_size: 10**9 over 2,000 samples
+        # is a batch of 2,000.
+        largest = self._largest_batch()
         if self.decode == "dali":
             from datapipe.image.dali_backend import DaliProducer
 
-            return DaliProducer(self.spec, self.batch_size, self.num_workers, self.device,
+            return DaliProducer(self.spec, largest, self.num_workers, self.device,
                                 self._feed.stream)
         make_builder = functools.partial(ImageBatchBuilder, self.spec)
-        return BatchProducer(make_builder, self.num_workers, prefetch,
-                             self.spec.slot_nbytes(self.batch_size), persistent)
+        producer = BatchProducer(make_builder, self.num_workers, prefetch,
+                                 self.spec.slot_nbytes(largest), persistent)
+        h, w = self.spec.out_size
+        producer.check_memory(self._passes.owner, f"a batch of {largest} images of {h}x{w}x3 "
+                              f"{self.spec.pixel_dtype}", "batch_size, the crop size, "
+                              "num_workers or prefetch")
+        return producer
 
     # --- the DataLoader-like surface -----------------------------------------------------
 

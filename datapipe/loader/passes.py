@@ -6,13 +6,15 @@ at a time. A new pass (an `iter()` at its first `next()`) retires the one before
 stops after two batches, `limit_val_batches`) then starts the next pass cleanly. An iterator
 that was retired, or one advanced while another thread is fetching a batch from the same
 loader, raises a one-line `ArgumentError` instead of waiting forever for batches that belong
-to someone else.
+to someone else. So does an iterator advanced by a thread other than the one that took its
+first batch (`OneThreadIterator`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from threading import get_ident
 from typing import Any
 
 from datapipe.errors import ArgumentError
@@ -90,3 +92,45 @@ class PassGuard:
                 self._retire_current()
         finally:
             self._lock.release()
+
+
+class OneThreadIterator:
+    """A pass's iterator, advanced only by the thread that took its first batch.
+
+    A bare generator shared by two threads fails with `ValueError: generator already
+    executing` when their calls overlap (before any loader code runs, so `PassGuard` never sees
+    it), and silently deals the batches out between them when they do not. The check costs one
+    comparison of thread ids per batch.
+    """
+
+    __slots__ = ("_batches", "_binding", "_owner", "_thread")
+
+    def __init__(self, batches: Iterator[Any], owner: str) -> None:
+        self._batches = batches
+        self._owner = owner  # how messages name the loader
+        self._thread: int | None = None
+        self._binding = threading.Lock()  # two threads racing for the first batch: one wins
+
+    def __iter__(self) -> OneThreadIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self._thread != get_ident():
+            self._bind()
+        return next(self._batches)
+
+    def _bind(self) -> None:
+        with self._binding:
+            if self._thread is None:
+                self._thread = get_ident()
+                return
+        raise ArgumentError(
+            f"{self._owner}: this iterator is being advanced from a thread other than the one "
+            "that took its first batch; an iterator feeds one thread (make one loader per "
+            "thread, or hand its batches on through a queue)")
+
+    def close(self) -> None:
+        """End the pass now, as a generator's close() would."""
+        close = getattr(self._batches, "close", None)
+        if close is not None:
+            close()

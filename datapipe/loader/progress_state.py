@@ -10,6 +10,7 @@ from typing import Any
 from datapipe.errors import ArgumentError
 from datapipe.format.hashing import hash_bytes
 from datapipe.format.manifest import Manifest
+from datapipe.loader.arguments import check_counter
 from datapipe.sampling.elastic import Remainder, Segment, follow, is_count, parse_lineage
 
 STATE_VERSION = 1
@@ -20,13 +21,6 @@ ELASTIC_STATE_VERSION = 2
 _ADDED_LATER = ("manifest", "bucket_batches", "pack_window")
 # Identity entries a state may be loaded across: the position they name is a global one.
 _ELASTIC = ("rank", "world_size")
-
-
-def check_counter(name: str, value: Any) -> int:
-    """A seed or an epoch: a non-negative integer (NumPy integers too), as an int."""
-    if isinstance(value, bool) or not hasattr(value, "__index__") or value.__index__() < 0:
-        raise ArgumentError(f"{name} must be a non-negative integer, got {value!r}")
-    return value.__index__()
 
 
 def manifest_fingerprint(manifest: Manifest) -> str:

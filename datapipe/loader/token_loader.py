@@ -16,11 +16,12 @@ from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
-from datapipe.loader.base import LoaderBase
+from datapipe.loader.arguments import check_counter, check_flag, check_optional
+from datapipe.loader.base import LoaderBase, refuse_empty
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import prefetch_to_device, resolve_device
 from datapipe.loader.distributed import resolve_rank
-from datapipe.loader.progress_state import check_counter, manifest_fingerprint
+from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.loader.token_batches import TokenBatchBuilder
 from datapipe.sampling.order import epoch_permutation
 from datapipe.sampling.tokens import (
@@ -102,16 +103,24 @@ class TokenLoader(LoaderBase):
         seed = check_counter("seed", seed)
         num_workers = check_counter("num_workers", num_workers)
         pad_id = check_counter("pad_id", pad_id)  # a negative id breaks embedding lookups
-        self.layout, self.seq_len, self.shuffle, self.seed = layout, seq_len, shuffle, seed
-        self.max_tokens, self.batch_size = max_tokens, batch_size
-        self.pad_to_multiple_of, self.batch_multiple_of = pad_to_multiple_of, batch_multiple_of
-        self.bucket_batches, self.pack_window = bucket_batches, pack_window
-        self._validate(prefetch)
+        prefetch = check_counter("prefetch", prefetch, minimum=1)
+        shuffle, persistent = check_flag("shuffle", shuffle), check_flag("persistent", persistent)
+        self.layout, self.shuffle, self.seed = layout, shuffle, seed
+        self.seq_len = check_counter("seq_len", seq_len)
+        self.max_tokens = check_optional("max_tokens", max_tokens, minimum=1)
+        self.batch_size = check_optional("batch_size", batch_size, minimum=1)
+        self.pad_to_multiple_of = check_counter("pad_to_multiple_of", pad_to_multiple_of,
+                                                minimum=1)
+        self.batch_multiple_of = check_counter("batch_multiple_of", batch_multiple_of, minimum=1)
+        self.bucket_batches = check_counter("bucket_batches", bucket_batches, minimum=1)
+        self.pack_window = check_counter("pack_window", pack_window, minimum=1)
+        self._validate()
         self._check_fields(BATCH_KEYS.get(layout, ()) + COMMON_KEYS)
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self._group_implicit = rank is None and world_size is None
         self.device = resolve_device(device)
-        self.collate_options = CollateOptions(layout, pad_id, pad_to_multiple_of, seq_len)
+        self.collate_options = CollateOptions(layout, pad_id, self.pad_to_multiple_of,
+                                              self.seq_len)
         with Dataset(self.path, verify=verify) as ds:
             _check_text_dataset(ds, tokenizer)
             if verify == "open":
@@ -124,22 +133,20 @@ class TokenLoader(LoaderBase):
             check_fits_padded(self.lengths, max_tokens, pad_to_multiple_of)  # fail early
         self._tokens_seen = 0
         self._tokens_computed = 0
+        tokens = self._max_batch_tokens()
         self._producer = BatchProducer(
             functools.partial(TokenBatchBuilder, self.path, verify), num_workers, prefetch,
-            self._max_batch_tokens() * self.token_dtype.itemsize, persistent)
+            tokens * self.token_dtype.itemsize, persistent)
+        self._producer.check_memory(self._passes.owner, f"a batch of up to {tokens:,} tokens "
+                                    f"({self.token_dtype})", "max_tokens (or batch_size, or "
+                                    "seq_len), num_workers or prefetch")
 
-    def _validate(self, prefetch: int) -> None:
+    def _validate(self) -> None:
+        """How the (already integer) settings fit together."""
         if self.layout not in LAYOUTS:
             raise ArgumentError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.max_tokens is None and self.batch_size is None:
             raise ArgumentError("give max_tokens (a token budget) or batch_size")
-        for name, value in (("max_tokens", self.max_tokens), ("batch_size", self.batch_size),
-                            ("prefetch", prefetch), ("bucket_batches", self.bucket_batches),
-                            ("pack_window", self.pack_window)):
-            if value is not None and value < 1:
-                raise ArgumentError(f"{name} must be >= 1, got {value}")
-        if self.pad_to_multiple_of < 1 or self.batch_multiple_of < 1:
-            raise ArgumentError("pad_to_multiple_of and batch_multiple_of must be >= 1")
         if self.layout == "fixed":
             if self.seq_len < 1:
                 raise ArgumentError("layout='fixed' needs seq_len >= 1")
@@ -158,13 +165,15 @@ class TokenLoader(LoaderBase):
         return rows
 
     def _max_batch_tokens(self) -> int:
-        """Upper bound on real tokens in one batch: the size of a shared-memory slot."""
+        """Upper bound on real tokens in one batch, the size of its buffer: the budget, but
+        never more than the whole corpus (max_tokens=10**12 over 2 M tokens is 2 M)."""
         if self.layout == "fixed":
-            return self._rows_per_batch() * self.seq_len
-        if self.max_tokens is not None:
-            return self.max_tokens
-        longest = np.sort(self.lengths)[::-1][: self.batch_size]
-        return int(longest.sum()) or 1
+            budget = self._rows_per_batch() * self.seq_len
+        elif self.max_tokens is not None:
+            budget = self.max_tokens
+        else:
+            budget = int(np.sort(self.lengths)[::-1][: self.batch_size].sum())
+        return max(1, min(budget, int(self.lengths.sum())))
 
     # --- plans ---------------------------------------------------------------------------
 
@@ -241,6 +250,7 @@ def _check_text_dataset(ds: Dataset, tokenizer: str | None) -> None:
     manifest = ds.manifest
     if manifest.kind != "text":
         raise DataError(f"{ds.directory}: a {manifest.kind} dataset; TokenLoader reads text")
+    refuse_empty(ds)
     if tokenizer is None:
         return
     stored = manifest.tokenizer or {}

@@ -28,6 +28,9 @@ from datapipe.loader.slots import SlotTable, WorkerSlots, send_slot
 
 _POLL_SECONDS = 0.5
 _NO_SLOT = None  # a message that only retires slots
+# Free slots kept beyond those in flight: for the batch being handed out while the caller still
+# holds the previous one, so a steady loop never makes or retires buffers.
+SPARE_SLOTS = 2
 
 
 class BatchBuilder(Protocol):
@@ -106,9 +109,8 @@ class WorkerPool:
         context = mp.get_context("fork")
         self.num_workers = num_workers
         self.capacity = num_workers * prefetch  # how many batches may be in flight at once
-        # Spare free slots: for the batch being handed out while the caller still holds the
-        # previous one, so a steady loop never makes or retires buffers.
-        self._slots = SlotTable(slot_nbytes, spare=2, prefork=self.capacity + 2)
+        self._slots = SlotTable(slot_nbytes, spare=SPARE_SLOTS,
+                                prefork=self.capacity + SPARE_SLOTS)
         self._tasks = [context.SimpleQueue() for _ in range(num_workers)]
         self._results = context.Queue()
         inherited = self._slots.prefork_buffers()

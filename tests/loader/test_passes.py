@@ -227,6 +227,71 @@ def test_two_threads_racing_over_one_loader_never_hang(shards: Path) -> None:
             assert len(errors) <= 1 and passes
 
 
+# --- one thread per iterator --------------------------------------------------------------
+
+
+def _next_in_thread(it: object) -> object:
+    """next(it) in a thread of its own: the batch, or the exception it raised."""
+    outcome: list[object] = []
+
+    def take() -> None:
+        try:
+            outcome.append(next(it))  # type: ignore[call-overload]
+        except Exception as exc:  # the outcome under test
+            outcome.append(exc)
+
+    thread = _in_thread(take)
+    thread.join(THREAD_TIMEOUT_S)
+    assert not thread.is_alive(), "a thread hung"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_second_thread_advancing_a_shared_iterator_is_refused(shards: Path,
+                                                                workers: int) -> None:
+    """Before, it silently took every other batch (or, overlapping, got a bare ValueError)."""
+    with loader(shards, workers) as shared:
+        it = iter(shared)
+        head = [next(it)]
+        refused = _next_in_thread(it)
+        assert isinstance(refused, ArgumentError), refused
+        assert "from a thread other than the one that took its first batch" in str(refused)
+        assert "\n" not in str(refused)
+        rest = list(it)
+    assert indices_of(head + rest) == epoch_indices(shards, 0), "the owner's pass is untouched"
+
+
+def test_threads_racing_over_one_iterator_get_a_clear_error_not_a_generator_error(
+        shards: Path) -> None:
+    outcomes: list[object] = []
+    start = threading.Barrier(2)
+    with loader(shards, workers=2) as shared:
+        it = iter(shared)
+
+        def run() -> None:
+            start.wait(THREAD_TIMEOUT_S)
+            try:
+                outcomes.append(indices_of(list(it)))
+            except Exception as exc:  # the outcome under test
+                outcomes.append(exc)
+
+        threads = [_in_thread(run) for _ in range(2)]
+        for thread in threads:
+            thread.join(THREAD_TIMEOUT_S)
+            assert not thread.is_alive(), "a thread hung"
+    errors = [o for o in outcomes if isinstance(o, Exception)]
+    assert len(errors) == 1 and isinstance(errors[0], ArgumentError), outcomes
+    assert [o for o in outcomes if not isinstance(o, Exception)] == [epoch_indices(shards, 0)]
+
+
+def test_an_iterator_may_be_made_in_one_thread_and_used_in_another(shards: Path) -> None:
+    with loader(shards) as train:
+        it = iter(train)
+        first = _next_in_thread(it)
+        assert not isinstance(first, Exception), first
+        assert indices_of([first]) == epoch_indices(shards, 0)[:5]
+
+
 # --- fields -------------------------------------------------------------------------------
 
 
