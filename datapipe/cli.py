@@ -12,16 +12,9 @@ from typing import Any
 import click
 
 from datapipe.errors import ArgumentError, DatapipeError
+from datapipe.sizes import format_size
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-def _human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} TB"
 
 
 class _Progress:
@@ -131,7 +124,7 @@ def _report(result: Any, noun: str, rate: str) -> None:
         result.resumed_shards else ""
     click.echo(f"converted {m.num_samples:,} {noun} of {result.inputs:,} inputs ({rejected:,} "
                f"rejected, {reject_share(rejected, result.inputs)}) into {len(m.shards)} shards "
-               f"({_human_bytes(m.total_bytes)}) in {result.seconds:.1f} s, {rate}{resumed}")
+               f"({format_size(m.total_bytes)}) in {result.seconds:.1f} s, {rate}{resumed}")
     if result.rejects:
         click.echo(f"rejected {len(result.rejects):,} inputs, listed with reasons in "
                    f"{_join(result.out, 'rejects.jsonl')}")
@@ -289,7 +282,7 @@ def inspect_cmd(dataset: str, as_json: bool, cache_dir: str | None,
         return
     click.echo(f"{summary['path']}: {summary['kind']} dataset, {summary['samples']:,} samples in "
                f"{summary['shards']} {summary['format']} shards, "
-               f"{_human_bytes(summary['bytes'])}; {summary['rejected']} inputs rejected")
+               f"{format_size(summary['bytes'])}; {summary['rejected']} inputs rejected")
     click.echo("columns: " + ", ".join(f"{k} ({v})" for k, v in summary["columns"].items()))
     if "tokenizer" in summary:
         t = summary["tokenizer"]
