@@ -19,6 +19,7 @@ import numpy as np
 
 from datapipe.errors import ArgumentError
 from datapipe.sampling.elastic import drawn_prefix
+from datapipe.sampling.groups import offsets, ranges
 
 LAYOUTS = ("packed", "padded", "fixed")
 
@@ -44,6 +45,15 @@ class TokenPlan:
         s0, s1 = self.row_offsets[r0], self.row_offsets[r1]
         return (self.doc[s0:s1], self.start[s0:s1], self.end[s0:s1],
                 self.row_offsets[r0:r1 + 1] - s0)
+
+    def take(self, batches: np.ndarray) -> TokenPlan:
+        """The plan of these batches, in this order (a batch may come more than once)."""
+        first_row, rows = self.batch_offsets[batches], np.diff(self.batch_offsets)[batches]
+        first_seg = self.row_offsets[first_row]
+        segs = ranges(first_seg, self.row_offsets[first_row + rows] - first_seg)
+        row_segs = np.diff(self.row_offsets)[ranges(first_row, rows)]
+        return TokenPlan(self.doc[segs], self.start[segs], self.end[segs], offsets(row_segs),
+                         offsets(rows))
 
 
 @dataclass(frozen=True)
@@ -196,21 +206,13 @@ def split_by_rank(plan: TokenPlan, rank: int, world_size: int) -> tuple[TokenPla
     """Round-robin batches over ranks; every rank gets the same count, the shortfall made up by
     repeats flagged as padding (so ranks step together and real batches are seen once)."""
     n = len(plan)
+    if world_size == 1:
+        return plan, np.zeros(n, dtype=bool)  # every batch, in order: nothing to take
     per_rank = -(-n // world_size) if n else 0
     ids = np.arange(per_rank * world_size)
     is_pad = ids >= n
     ids = np.where(is_pad, ids % max(n, 1), ids)
-    mine, pad = ids[rank::world_size], is_pad[rank::world_size]
-    rows = [np.arange(plan.batch_offsets[b], plan.batch_offsets[b + 1]) for b in mine]
-    segments = [np.arange(plan.row_offsets[r[0]], plan.row_offsets[r[-1] + 1]) if len(r) else
-                np.empty(0, np.int64) for r in rows]
-    seg = np.concatenate(segments) if segments else np.empty(0, dtype=np.int64)
-    row_lens = np.concatenate([np.diff(plan.row_offsets)[r] for r in rows]) if rows else \
-        np.empty(0, np.int64)
-    row_offsets = np.concatenate([[0], np.cumsum(row_lens)]).astype(np.int64)
-    batch_offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
-    return TokenPlan(plan.doc[seg], plan.start[seg], plan.end[seg], row_offsets,
-                     batch_offsets), pad
+    return plan.take(ids[rank::world_size]), is_pad[rank::world_size]
 
 
 def undrawn_pieces(plan: TokenPlan, drawn_batches: int, epoch_place: np.ndarray) -> Pieces:
