@@ -19,7 +19,7 @@ import numpy as np
 
 from datapipe.errors import ArgumentError
 from datapipe.sampling.elastic import drawn_prefix
-from datapipe.sampling.groups import offsets, ranges
+from datapipe.sampling.groups import follow_cuts, offsets, ranges
 
 LAYOUTS = ("packed", "padded", "fixed")
 
@@ -88,16 +88,12 @@ def split_documents(pieces: Pieces, max_len: int) -> tuple[np.ndarray, np.ndarra
 
 def _greedy_cuts(sizes: np.ndarray, budget: int, max_count: int | None) -> np.ndarray:
     """Offsets cutting `sizes` into consecutive groups of total <= budget (each >= 1 item)."""
-    cum = np.concatenate([[0], np.cumsum(sizes)])
-    cuts, i, n = [0], 0, len(sizes)
-    while i < n:
-        j = int(np.searchsorted(cum, cum[i] + budget, side="right")) - 1
-        j = max(j, i + 1)
-        if max_count:
-            j = min(j, i + max_count)
-        cuts.append(j)
-        i = j
-    return np.asarray(cuts, dtype=np.int64)
+    cum = offsets(sizes)
+    first = np.arange(len(sizes))
+    ends = np.maximum(np.searchsorted(cum, cum[:-1] + budget, side="right") - 1, first + 1)
+    if max_count:
+        ends = np.minimum(ends, first + max_count)
+    return follow_cuts(ends)
 
 
 def plan_packed(pieces: Pieces, max_tokens: int, pad_multiple: int,
@@ -132,33 +128,33 @@ def plan_padded(pieces: Pieces, max_tokens: int, pad_multiple: int, batch_size: 
     check_fits_padded(sizes, max_tokens, pad_multiple, pieces.doc)
     padded = round_up(sizes, pad_multiple)
     mean_rows = max(1, max_tokens // max(1, int(padded.mean()) if len(padded) else 1))
-    mega = max(1, bucket_batches * mean_rows)
-    groups: list[np.ndarray] = []
-    for lo in range(0, len(sizes), mega):
-        chunk = np.arange(lo, min(lo + mega, len(sizes)))
-        chunk = chunk[np.argsort(-sizes[chunk], kind="stable")]
-        groups.extend(_cut_sorted(chunk, sizes, max_tokens, pad_multiple, batch_size,
-                                  batch_multiple))
-    groups = [groups[i] for i in rng.permutation(len(groups))]
-    at = np.concatenate(groups) if groups else np.empty(0, dtype=np.int64)
-    batch_offsets = np.concatenate([[0], np.cumsum([len(g) for g in groups])]).astype(np.int64)
+    # Any mega-batch larger than all the pieces holds them all: capped, so that it fits numpy's
+    # int64 (max_tokens may be 2**62).
+    mega = min(max(1, bucket_batches * mean_rows), max(1, len(sizes)))
+    mega_batch = np.arange(len(sizes)) // mega
+    longest_first = np.lexsort((-sizes, mega_batch))  # within each mega-batch, ties in order
+    mega_end = np.minimum((mega_batch + 1) * mega, len(sizes))
+    cuts = follow_cuts(_bucket_ends(padded[longest_first], mega_end, max_tokens, batch_size,
+                                    batch_multiple))
+    rows = np.diff(cuts)
+    shuffled = rng.permutation(len(rows))
+    at = longest_first[ranges(cuts[shuffled], rows[shuffled])]
     return TokenPlan(pieces.doc[at], pieces.start[at], pieces.end[at], np.arange(len(at) + 1),
-                     batch_offsets)
+                     offsets(rows[shuffled]))
 
 
-def _cut_sorted(chunk: np.ndarray, lengths: np.ndarray, max_tokens: int, pad_multiple: int,
-                batch_size: int | None, batch_multiple: int) -> list[np.ndarray]:
-    groups, i = [], 0
-    while i < len(chunk):
-        longest = int(round_up(int(lengths[chunk[i]]), pad_multiple))
-        rows = max(1, max_tokens // max(1, longest))  # a chunk may end in empty documents
-        if batch_size:
-            rows = min(rows, batch_size)
-        if batch_multiple > 1 and rows >= batch_multiple:
-            rows = (rows // batch_multiple) * batch_multiple
-        groups.append(chunk[i:i + rows])
-        i += rows
-    return groups
+def _bucket_ends(padded: np.ndarray, mega_end: np.ndarray, max_tokens: int,
+                 batch_size: int | None, batch_multiple: int) -> np.ndarray:
+    """Where a batch that begins at each place of the longest-first order ends: as many rows
+    of its first (longest) document's padded length as the budget holds, within its
+    mega-batch."""
+    rows = np.maximum(1, max_tokens // np.maximum(1, padded))  # empty documents come last
+    if batch_size:
+        rows = np.minimum(rows, batch_size)
+    if batch_multiple > 1:
+        rows = np.where(rows >= batch_multiple, rows // batch_multiple * batch_multiple, rows)
+    place = np.arange(len(padded))
+    return place + np.minimum(rows, mega_end - place)
 
 
 def plan_fixed(pieces: Pieces, seq_len: int, rows_per_batch: int, pack_window: int,

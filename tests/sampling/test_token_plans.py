@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from datapipe.sampling.groups import offsets, ranges
+from datapipe.sampling.groups import follow_cuts, offsets, ranges
 from datapipe.sampling.order import epoch_permutation
 from datapipe.sampling.tokens import (
     Pieces,
@@ -197,3 +197,13 @@ def test_offsets_and_ranges() -> None:
     assert ranges(np.array([5, 9, 0]), np.array([2, 0, 3])).tolist() == [5, 6, 0, 1, 2]
     assert ranges(np.array([], dtype=np.int64), np.array([], dtype=np.int64)).tolist() == []
 
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 8, 100, 1000])
+def test_follow_cuts_takes_the_greedy_steps(n: int) -> None:
+    rng = np.random.default_rng(n)
+    ends = np.minimum(np.arange(n) + rng.integers(1, 4, n), n)
+    want, i = [0], 0
+    while i < n:
+        i = int(ends[i])
+        want.append(i)
+    assert follow_cuts(ends).tolist() == want
