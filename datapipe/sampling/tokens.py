@@ -162,40 +162,57 @@ def plan_fixed(pieces: Pieces, seq_len: int, rows_per_batch: int, pack_window: i
     """Rows of exactly `seq_len` tokens filled by best-fit-decreasing packing of whole
     documents (longer ones split into `seq_len` pieces), packed window by window."""
     doc, start, end = split_documents(pieces, seq_len)
-    rows: list[np.ndarray] = []
-    for lo in range(0, len(doc), pack_window):
-        rows.extend(_best_fit_decreasing(end[lo:lo + pack_window] - start[lo:lo + pack_window],
-                                         seq_len, lo))
-    rows = [rows[i] for i in rng.permutation(len(rows))]
-    segs = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
-    row_offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
-    batch_offsets = np.append(np.arange(0, len(rows), rows_per_batch), len(rows))
+    packed, row_of, num_rows = _pack_windows(end - start, seq_len, pack_window)
+    shuffled = rng.permutation(num_rows)
+    place = np.empty(num_rows, dtype=np.int64)
+    place[shuffled] = np.arange(num_rows)
+    segs = packed[np.argsort(place[row_of], kind="stable")]  # in a row: in packing order
+    row_offsets = offsets(np.bincount(row_of, minlength=num_rows)[shuffled])
+    batch_offsets = np.append(np.arange(0, num_rows, rows_per_batch), num_rows)
     return TokenPlan(doc[segs], start[segs], end[segs], row_offsets, batch_offsets)
 
 
-def _best_fit_decreasing(sizes: np.ndarray, capacity: int, base: int) -> list[np.ndarray]:
-    """Each item, longest first, goes to the open row it fills most tightly.
+def _pack_windows(sizes: np.ndarray, capacity: int,
+                  window: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Best-fit-decreasing packing of each window of `window` items: (every item in packing
+    order, the row each goes to, the number of rows); rows are numbered as they open."""
+    packed = np.empty(len(sizes), dtype=np.int64)
+    row_of = np.empty(len(sizes), dtype=np.int64)
+    num_rows = 0
+    for lo in range(0, len(sizes), window):
+        hi = min(lo + window, len(sizes))
+        order, rows, opened = _best_fit_decreasing(sizes[lo:hi], capacity)
+        packed[lo:hi], row_of[lo:hi] = lo + order, num_rows + rows
+        num_rows += opened
+    return packed, row_of, num_rows
+
+
+def _best_fit_decreasing(sizes: np.ndarray,
+                         capacity: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each item, longest first, goes to the open row it fills most tightly: (the items in
+    that order, the row each goes to, the number of rows opened).
 
     Open rows are kept sorted by the room they have left, so the tightest fit is one bisect.
     """
     rooms: list[int] = []     # room left in each open row, ascending
     room_rows: list[int] = []  # the row each entry of `rooms` belongs to
-    members: list[list[int]] = []
-    for item in np.argsort(-sizes, kind="stable").tolist():
-        size = int(sizes[item])
+    order = np.argsort(-sizes, kind="stable")
+    row_of: list[int] = []
+    opened = 0
+    for size in sizes[order].tolist():
         i = bisect.bisect_left(rooms, size)
         if i < len(rooms):
             left = rooms.pop(i) - size
             row = room_rows.pop(i)
         else:
-            row, left = len(members), capacity - size
-            members.append([])
-        members[row].append(base + item)
+            row, left = opened, capacity - size
+            opened += 1
+        row_of.append(row)
         if left:  # a full row can take nothing more
             j = bisect.bisect_left(rooms, left)
             rooms.insert(j, left)
             room_rows.insert(j, row)
-    return [np.asarray(m, dtype=np.int64) for m in members]
+    return order, np.asarray(row_of, dtype=np.int64), opened
 
 
 def split_by_rank(plan: TokenPlan, rank: int, world_size: int) -> tuple[TokenPlan, np.ndarray]:
