@@ -16,7 +16,9 @@ tokenized once with one tokenizer, outside every timed part, into
 Every run is one epoch in a fresh Python process (imports not timed). Start-up is from
 constructing the loader to holding its first batch; the epoch time runs from the end of
 construction to the last batch. Runs of the loaders are interleaved so that slow drift of the
-machine does not favour one. Prints a Markdown table and saves bench-results/text.md and .json.
+machine does not favour one. Then TokenLoader's epoch planning is timed on the same dataset at
+token budgets from one that gives a million batches to 4096. Prints Markdown tables and saves
+bench-results/text.md and .json.
 """
 
 from __future__ import annotations
@@ -79,6 +81,12 @@ IGNORE = -100
 GOAL_VS_DATASETS = 10.0  # packed real tokens/s over the best `datasets` loader
 GOAL_MEMMAP_RATIO = 2.0  # memmap tokens/s over packed real tokens/s, at most
 GOAL_EFFICIENCY = {"packed": 0.999, "fixed": 0.97, "padded": 0.90}
+PLAN_BUDGETS = (16, 256, 4096)  # max_tokens of the epoch-planning rows
+PLAN_GOAL_BATCHES, PLAN_GOAL_S = 1_000_000, 1.0  # an epoch of a million batches planned in 1 s
+# Linear: time per batch at the most batches, at most 2x that at the next most (which are at
+# most a quarter as many: a quadratic planner's ratio is 4x or more). Judged on the fastest
+# runs, the least disturbed by other work on the machine.
+PLAN_LINEAR, PLAN_SPAN = 2.0, 4
 # Document lengths in words: log-normal (median 120 words), clipped to [3, 2500]. The cap keeps
 # every document of the bytes tokenizer under 16384 tokens, which layout="padded" needs.
 MEDIAN_WORDS, SIGMA, MIN_WORDS, MAX_WORDS = 120, 1.1, 3, 2500
@@ -407,6 +415,48 @@ RUNNERS: dict[str, Callable[[Job], dict[str, Any]]] = {
     "datasets": run_datasets, "memmap": run_memmap, "datapipe": run_datapipe}
 
 
+# ---------------------------------------------------------------- epoch planning (here)
+
+
+def planning_budgets(tokens: int) -> list[int]:
+    """PLAN_BUDGETS and, if none gives PLAN_GOAL_BATCHES, first a smaller budget that does,
+    small enough also for PLAN_SPAN times the batches of PLAN_BUDGETS[0]."""
+    if tokens // PLAN_GOAL_BATCHES >= PLAN_BUDGETS[0]:
+        return list(PLAN_BUDGETS)
+    small = max(1, min(tokens // PLAN_GOAL_BATCHES, PLAN_BUDGETS[0] // PLAN_SPAN))
+    return [small, *PLAN_BUDGETS]
+
+
+def time_planning(dataset: str, max_tokens: int, repeats: int) -> dict[str, Any]:
+    """TokenLoader planning an epoch (packed, one rank) as a pass begins: `len()` of an epoch
+    not planned before, for `repeats` epochs (the work is the same for every epoch)."""
+    import datapipe
+
+    runs, batches = [], []
+    with datapipe.TokenLoader(dataset, max_tokens=max_tokens) as loader:
+        for epoch in range(repeats):
+            loader.set_epoch(epoch)
+            count, seconds = timed(lambda: len(loader))
+            batches.append(count)
+            runs.append(seconds)
+    return {"max_tokens": max_tokens, "batches": batches[0], "runs_s": runs,
+            "seconds": median(runs), "fastest_s": min(runs)}
+
+
+def measure_planning(dataset: str, tokens: int, repeats: int) -> list[dict[str, Any]]:
+    rows = []
+    for max_tokens in planning_budgets(tokens):
+        rows.append(time_planning(dataset, max_tokens, repeats))
+        print(f"planning at max_tokens {max_tokens:,}: {rows[-1]['batches']:,} batches in "
+              f"{rows[-1]['seconds']:.3f} s", flush=True)
+    return rows
+
+
+def per_million(row: dict[str, Any], seconds: str = "seconds") -> float:
+    """Planning seconds per million batches (median, or with "fastest_s" the fastest run)."""
+    return row[seconds] / max(1, row["batches"]) * 1e6
+
+
 # ---------------------------------------------------------------- what is measured
 
 
@@ -496,7 +546,7 @@ def best_datasets(outcomes: dict[str, Outcome]) -> tuple[str, float] | None:
     return max(rates, key=lambda item: item[1]) if rates else None
 
 
-def goals(outcomes: dict[str, Outcome]) -> list[list[str]]:
+def goals(outcomes: dict[str, Outcome], planning: list[dict[str, Any]]) -> list[list[str]]:
     """[goal, measured, verdict] for each of the issue's goals that could be measured."""
     rows = []
     packed, base = real_rate(outcomes["packed"]), best_datasets(outcomes)
@@ -515,6 +565,24 @@ def goals(outcomes: dict[str, Outcome]) -> list[list[str]]:
             value = efficiency(outcomes[name])
             rows.append([f"{name} padding efficiency ≥ {shown}", f"{value:.3f}",
                          verdict(value >= floor)])
+    return rows + planning_goals(planning)
+
+
+def planning_goals(planning: list[dict[str, Any]]) -> list[list[str]]:
+    """Planning time per batch: low at the most batches, and no higher than with fewer."""
+    most = sorted(planning, key=lambda row: -row["batches"])[:2]
+    if not most:
+        return []
+    rows = [[f"epoch planning ≤ {PLAN_GOAL_S:g} s per {PLAN_GOAL_BATCHES:,} batches",
+             f"{per_million(most[0]):.2f} s (at {most[0]['batches']:,} batches)",
+             verdict(per_million(most[0]) <= PLAN_GOAL_S)]]
+    if len(most) == 2:
+        ratio = per_million(most[0], "fastest_s") / max(per_million(most[1], "fastest_s"),
+                                                       1e-12)
+        rows.append([f"epoch planning linear: time per batch at {most[0]['batches']:,} "
+                     f"batches ≤ {PLAN_LINEAR:g}× that at {most[1]['batches']:,} (fastest "
+                     f"runs; quadratic: {most[0]['batches'] / most[1]['batches']:.1f}×)",
+                     f"{ratio:.2f}×", verdict(ratio <= PLAN_LINEAR)])
     return rows
 
 
@@ -565,8 +633,8 @@ def describe_corpus(inputs: Inputs) -> str:
 
 
 def render(info: dict[str, Any], meta: dict[str, Any], inputs: Inputs,
-           outcomes: dict[str, Outcome]) -> str:
-    goal_rows = goals(outcomes)
+           outcomes: dict[str, Outcome], planning: list[dict[str, Any]]) -> str:
+    goal_rows = goals(outcomes, planning)
     parts = [
         "# Token loading throughput", "", headline(goal_rows), "",
         markdown_table(["goal", "measured", "verdict"], goal_rows), "",
@@ -580,9 +648,23 @@ def render(info: dict[str, Any], meta: dict[str, Any], inputs: Inputs,
         markdown_table(["loader", "settings", "real M tokens/s", "× datasets", "efficiency",
                         "start-up s", "start-up, cached s", "epoch s", "runs s", "batches",
                         "other work (cores)"], table_rows(outcomes)),
-        "", *notes(meta, outcomes),
+        "", *notes(meta, outcomes), *planning_section(meta, planning),
     ]
     return "\n".join(parts)
+
+
+def planning_section(meta: dict[str, Any], planning: list[dict[str, Any]]) -> list[str]:
+    if not planning:
+        return []
+    rows = [[f"{r['max_tokens']:,}", f"{r['batches']:,}", f"{r['seconds']:.3f}",
+             " / ".join(f"{s:.3f}" for s in r["runs_s"]), f"{per_million(r):.2f}"]
+            for r in planning]
+    return ["", "## Epoch planning", "",
+            "TokenLoader (packed, one rank) planning an epoch of the same dataset, as every "
+            "pass begins: `len()` after `set_epoch` to an epoch not planned before, in this "
+            f"process; median of {meta['repeats']} epochs.", "",
+            markdown_table(["max_tokens", "batches", "planning s", "runs s",
+                            "s per 1M batches"], rows)]
 
 
 def notes(meta: dict[str, Any], outcomes: dict[str, Outcome]) -> list[str]:
@@ -626,14 +708,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--settle", type=float, default=5.0, help="wait up to this many seconds for other "
         "work on the machine to stop before each run (5)")
     add("--skip", default="", help="comma-separated: " + ", ".join(VARIANTS_BY_NAME)
-        + ", or a group: datasets, datapipe")
+        + ", or a group: datasets, datapipe; planning: no epoch-planning table")
     add("--one", help=argparse.SUPPRESS)  # internal: measure one run in this process
     add("--job", help=argparse.SUPPRESS)
     add("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if min(args.corpus_mb, args.repeats) < 1 or args.max_tokens < BLOCK:
         parser.error(f"--corpus-mb and --repeats must be positive, --max-tokens >= {BLOCK}")
-    check_skip(parser, args.skip, [*VARIANTS_BY_NAME, "datasets", "datapipe"])
+    check_skip(parser, args.skip, [*VARIANTS_BY_NAME, "datasets", "datapipe", "planning"])
     return args
 
 
@@ -650,14 +732,17 @@ def collect(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     want_hf = any(outcomes[v.name].status == "ok" for v in VARIANTS if v.kind == "datasets")
     inputs, prep_s = timed(lambda: prepare(args, want_hf))
     _, bench_s = timed(lambda: run_all(args, inputs, outcomes))
+    planning = [] if "planning" in skip else measure_planning(inputs.datapipe, inputs.tokens,
+                                                              args.repeats)
     meta = {"repeats": args.repeats, "max_tokens": args.max_tokens, "tokens": inputs.tokens,
             "prepare_s": round(prep_s, 1),
             "benchmark_s": round(bench_s, 1),
             "datasets_batch_size": make_job(VARIANTS[0], inputs, args.max_tokens).batch_size}
-    return render(info, meta, inputs, outcomes), {
+    goal_rows = goals(outcomes, planning)
+    return render(info, meta, inputs, outcomes, planning), {
         "machine": info, "meta": meta, "inputs": asdict(inputs),
-        "headline": headline(goals(outcomes)), "goals": goals(outcomes),
-        "outcomes": outcomes_data(outcomes)}
+        "headline": headline(goal_rows), "goals": goal_rows,
+        "outcomes": outcomes_data(outcomes), "planning": planning}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ import numpy as np
 
 from datapipe.errors import ArgumentError
 from datapipe.sampling.elastic import drawn_prefix
+from datapipe.sampling.groups import follow_cuts, offsets, ranges
 
 LAYOUTS = ("packed", "padded", "fixed")
 
@@ -44,6 +45,15 @@ class TokenPlan:
         s0, s1 = self.row_offsets[r0], self.row_offsets[r1]
         return (self.doc[s0:s1], self.start[s0:s1], self.end[s0:s1],
                 self.row_offsets[r0:r1 + 1] - s0)
+
+    def take(self, batches: np.ndarray) -> TokenPlan:
+        """The plan of these batches, in this order (a batch may come more than once)."""
+        first_row, rows = self.batch_offsets[batches], np.diff(self.batch_offsets)[batches]
+        first_seg = self.row_offsets[first_row]
+        segs = ranges(first_seg, self.row_offsets[first_row + rows] - first_seg)
+        row_segs = np.diff(self.row_offsets)[ranges(first_row, rows)]
+        return TokenPlan(self.doc[segs], self.start[segs], self.end[segs], offsets(row_segs),
+                         offsets(rows))
 
 
 @dataclass(frozen=True)
@@ -78,16 +88,12 @@ def split_documents(pieces: Pieces, max_len: int) -> tuple[np.ndarray, np.ndarra
 
 def _greedy_cuts(sizes: np.ndarray, budget: int, max_count: int | None) -> np.ndarray:
     """Offsets cutting `sizes` into consecutive groups of total <= budget (each >= 1 item)."""
-    cum = np.concatenate([[0], np.cumsum(sizes)])
-    cuts, i, n = [0], 0, len(sizes)
-    while i < n:
-        j = int(np.searchsorted(cum, cum[i] + budget, side="right")) - 1
-        j = max(j, i + 1)
-        if max_count:
-            j = min(j, i + max_count)
-        cuts.append(j)
-        i = j
-    return np.asarray(cuts, dtype=np.int64)
+    cum = offsets(sizes)
+    first = np.arange(len(sizes))
+    ends = np.maximum(np.searchsorted(cum, cum[:-1] + budget, side="right") - 1, first + 1)
+    if max_count:
+        ends = np.minimum(ends, first + max_count)
+    return follow_cuts(ends)
 
 
 def plan_packed(pieces: Pieces, max_tokens: int, pad_multiple: int,
@@ -122,33 +128,33 @@ def plan_padded(pieces: Pieces, max_tokens: int, pad_multiple: int, batch_size: 
     check_fits_padded(sizes, max_tokens, pad_multiple, pieces.doc)
     padded = round_up(sizes, pad_multiple)
     mean_rows = max(1, max_tokens // max(1, int(padded.mean()) if len(padded) else 1))
-    mega = max(1, bucket_batches * mean_rows)
-    groups: list[np.ndarray] = []
-    for lo in range(0, len(sizes), mega):
-        chunk = np.arange(lo, min(lo + mega, len(sizes)))
-        chunk = chunk[np.argsort(-sizes[chunk], kind="stable")]
-        groups.extend(_cut_sorted(chunk, sizes, max_tokens, pad_multiple, batch_size,
-                                  batch_multiple))
-    groups = [groups[i] for i in rng.permutation(len(groups))]
-    at = np.concatenate(groups) if groups else np.empty(0, dtype=np.int64)
-    batch_offsets = np.concatenate([[0], np.cumsum([len(g) for g in groups])]).astype(np.int64)
+    # Any mega-batch larger than all the pieces holds them all: capped, so that it fits numpy's
+    # int64 (max_tokens may be 2**62).
+    mega = min(max(1, bucket_batches * mean_rows), max(1, len(sizes)))
+    mega_batch = np.arange(len(sizes)) // mega
+    longest_first = np.lexsort((-sizes, mega_batch))  # within each mega-batch, ties in order
+    mega_end = np.minimum((mega_batch + 1) * mega, len(sizes))
+    cuts = follow_cuts(_bucket_ends(padded[longest_first], mega_end, max_tokens, batch_size,
+                                    batch_multiple))
+    rows = np.diff(cuts)
+    shuffled = rng.permutation(len(rows))
+    at = longest_first[ranges(cuts[shuffled], rows[shuffled])]
     return TokenPlan(pieces.doc[at], pieces.start[at], pieces.end[at], np.arange(len(at) + 1),
-                     batch_offsets)
+                     offsets(rows[shuffled]))
 
 
-def _cut_sorted(chunk: np.ndarray, lengths: np.ndarray, max_tokens: int, pad_multiple: int,
-                batch_size: int | None, batch_multiple: int) -> list[np.ndarray]:
-    groups, i = [], 0
-    while i < len(chunk):
-        longest = int(round_up(int(lengths[chunk[i]]), pad_multiple))
-        rows = max(1, max_tokens // max(1, longest))  # a chunk may end in empty documents
-        if batch_size:
-            rows = min(rows, batch_size)
-        if batch_multiple > 1 and rows >= batch_multiple:
-            rows = (rows // batch_multiple) * batch_multiple
-        groups.append(chunk[i:i + rows])
-        i += rows
-    return groups
+def _bucket_ends(padded: np.ndarray, mega_end: np.ndarray, max_tokens: int,
+                 batch_size: int | None, batch_multiple: int) -> np.ndarray:
+    """Where a batch that begins at each place of the longest-first order ends: as many rows
+    of its first (longest) document's padded length as the budget holds, within its
+    mega-batch."""
+    rows = np.maximum(1, max_tokens // np.maximum(1, padded))  # empty documents come last
+    if batch_size:
+        rows = np.minimum(rows, batch_size)
+    if batch_multiple > 1:
+        rows = np.where(rows >= batch_multiple, rows // batch_multiple * batch_multiple, rows)
+    place = np.arange(len(padded))
+    return place + np.minimum(rows, mega_end - place)
 
 
 def plan_fixed(pieces: Pieces, seq_len: int, rows_per_batch: int, pack_window: int,
@@ -156,61 +162,70 @@ def plan_fixed(pieces: Pieces, seq_len: int, rows_per_batch: int, pack_window: i
     """Rows of exactly `seq_len` tokens filled by best-fit-decreasing packing of whole
     documents (longer ones split into `seq_len` pieces), packed window by window."""
     doc, start, end = split_documents(pieces, seq_len)
-    rows: list[np.ndarray] = []
-    for lo in range(0, len(doc), pack_window):
-        rows.extend(_best_fit_decreasing(end[lo:lo + pack_window] - start[lo:lo + pack_window],
-                                         seq_len, lo))
-    rows = [rows[i] for i in rng.permutation(len(rows))]
-    segs = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
-    row_offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
-    batch_offsets = np.append(np.arange(0, len(rows), rows_per_batch), len(rows))
+    packed, row_of, num_rows = _pack_windows(end - start, seq_len, pack_window)
+    shuffled = rng.permutation(num_rows)
+    place = np.empty(num_rows, dtype=np.int64)
+    place[shuffled] = np.arange(num_rows)
+    segs = packed[np.argsort(place[row_of], kind="stable")]  # in a row: in packing order
+    row_offsets = offsets(np.bincount(row_of, minlength=num_rows)[shuffled])
+    batch_offsets = np.append(np.arange(0, num_rows, rows_per_batch), num_rows)
     return TokenPlan(doc[segs], start[segs], end[segs], row_offsets, batch_offsets)
 
 
-def _best_fit_decreasing(sizes: np.ndarray, capacity: int, base: int) -> list[np.ndarray]:
-    """Each item, longest first, goes to the open row it fills most tightly.
+def _pack_windows(sizes: np.ndarray, capacity: int,
+                  window: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Best-fit-decreasing packing of each window of `window` items: (every item in packing
+    order, the row each goes to, the number of rows); rows are numbered as they open."""
+    packed = np.empty(len(sizes), dtype=np.int64)
+    row_of = np.empty(len(sizes), dtype=np.int64)
+    num_rows = 0
+    for lo in range(0, len(sizes), window):
+        hi = min(lo + window, len(sizes))
+        order, rows, opened = _best_fit_decreasing(sizes[lo:hi], capacity)
+        packed[lo:hi], row_of[lo:hi] = lo + order, num_rows + rows
+        num_rows += opened
+    return packed, row_of, num_rows
+
+
+def _best_fit_decreasing(sizes: np.ndarray,
+                         capacity: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each item, longest first, goes to the open row it fills most tightly: (the items in
+    that order, the row each goes to, the number of rows opened).
 
     Open rows are kept sorted by the room they have left, so the tightest fit is one bisect.
     """
     rooms: list[int] = []     # room left in each open row, ascending
     room_rows: list[int] = []  # the row each entry of `rooms` belongs to
-    members: list[list[int]] = []
-    for item in np.argsort(-sizes, kind="stable").tolist():
-        size = int(sizes[item])
+    order = np.argsort(-sizes, kind="stable")
+    row_of: list[int] = []
+    opened = 0
+    for size in sizes[order].tolist():
         i = bisect.bisect_left(rooms, size)
         if i < len(rooms):
             left = rooms.pop(i) - size
             row = room_rows.pop(i)
         else:
-            row, left = len(members), capacity - size
-            members.append([])
-        members[row].append(base + item)
+            row, left = opened, capacity - size
+            opened += 1
+        row_of.append(row)
         if left:  # a full row can take nothing more
             j = bisect.bisect_left(rooms, left)
             rooms.insert(j, left)
             room_rows.insert(j, row)
-    return [np.asarray(m, dtype=np.int64) for m in members]
+    return order, np.asarray(row_of, dtype=np.int64), opened
 
 
 def split_by_rank(plan: TokenPlan, rank: int, world_size: int) -> tuple[TokenPlan, np.ndarray]:
     """Round-robin batches over ranks; every rank gets the same count, the shortfall made up by
     repeats flagged as padding (so ranks step together and real batches are seen once)."""
     n = len(plan)
+    if world_size == 1:
+        return plan, np.zeros(n, dtype=bool)  # every batch, in order: nothing to take
     per_rank = -(-n // world_size) if n else 0
     ids = np.arange(per_rank * world_size)
     is_pad = ids >= n
     ids = np.where(is_pad, ids % max(n, 1), ids)
-    mine, pad = ids[rank::world_size], is_pad[rank::world_size]
-    rows = [np.arange(plan.batch_offsets[b], plan.batch_offsets[b + 1]) for b in mine]
-    segments = [np.arange(plan.row_offsets[r[0]], plan.row_offsets[r[-1] + 1]) if len(r) else
-                np.empty(0, np.int64) for r in rows]
-    seg = np.concatenate(segments) if segments else np.empty(0, dtype=np.int64)
-    row_lens = np.concatenate([np.diff(plan.row_offsets)[r] for r in rows]) if rows else \
-        np.empty(0, np.int64)
-    row_offsets = np.concatenate([[0], np.cumsum(row_lens)]).astype(np.int64)
-    batch_offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
-    return TokenPlan(plan.doc[seg], plan.start[seg], plan.end[seg], row_offsets,
-                     batch_offsets), pad
+    return plan.take(ids[rank::world_size]), is_pad[rank::world_size]
 
 
 def undrawn_pieces(plan: TokenPlan, drawn_batches: int, epoch_place: np.ndarray) -> Pieces:

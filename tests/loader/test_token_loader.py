@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -249,3 +251,24 @@ def test_shards_of_many_record_batches_give_the_same_batches(corpus: Path, tmp_p
             return [b["input_ids"].tolist() for b in loader]
 
     assert batches(chunked) == batches(corpus)
+
+
+def test_an_epoch_of_a_million_batches_is_planned_without_a_wait(tmp_path: Path) -> None:
+    """max_tokens=1 over 1.5 million tokens: a batch per token, 750,000 per rank. Planning once
+    took a step over the whole plan per batch (minutes here); now the first batch comes at
+    once. Run in a process of its own, so that a regression fails at the timeout instead of
+    hanging."""
+    rng = np.random.default_rng(5)
+    (tmp_path / "a.txt").write_text("".join("x" * int(n) + "\n"
+                                            for n in rng.integers(1, 200, 15000)))
+    convert("text", tmp_path / "a.txt", tmp_path / "out", "--tokenizer", "bytes",
+            "--append-eos")
+    with Dataset(tmp_path / "out") as ds:
+        tokens = int(ds.scalar("length").sum())
+    script = ("import sys, datapipe as dp\n"
+              "with dp.TokenLoader(sys.argv[1], max_tokens=1, rank=1, world_size=2) as loader:\n"
+              "    print(len(loader), int(next(iter(loader))['num_real_tokens']))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(-(-tokens // 2)), "1"]
