@@ -43,15 +43,14 @@ def remote_scalar(source: Any, manifest: Manifest, name: str) -> np.ndarray:
 
 
 def _load_or_build(source: Any, manifest: Manifest) -> dict[str, np.ndarray]:
-    directory: Path = source.side_directory
-    directory.mkdir(parents=True, exist_ok=True)
+    source.side_directory.mkdir(parents=True, exist_ok=True)
     stem = f"scalars-{source.manifest_digest().split(':')[1]}"
-    path = directory / f"{stem}.npz"
+    path = source.cache.index_file(f"{stem}.npz")
     names = [c.name for c in manifest.columns if c.is_scalar]
     columns = _load_intact(path, names, manifest.num_samples)
     if columns is not None:
         return columns
-    with exclusive_lock(directory / f"{stem}.lock"):  # one process per node reads them
+    with exclusive_lock(source.cache.index_file(f"{stem}.lock")):  # one process per node reads them
         columns = _load_intact(path, names, manifest.num_samples)
         if columns is None:
             columns = _read_all(source, manifest, names)
