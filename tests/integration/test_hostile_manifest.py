@@ -168,8 +168,11 @@ def test_the_cli_process_refuses_an_absolute_name_in_one_line(
     assert victim.read_text() == VICTIM_TEXT
 
 
-def test_intact_datasets_still_read(datasets: dict[str, Path], s3_bucket: str) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_intact_datasets_still_read(datasets: dict[str, Path], s3_bucket: str,
+                                    monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
     """The checks refuse nothing a conversion writes."""
+    monkeypatch.setenv("DATAPIPE_REMOTE_BACKEND", backend)
     urls = _upload(datasets, s3_bucket)
     with dp.Loader(urls["images"], batch_size=2, transform=dp.image.CenterCrop(16)) as loader:
         assert sum(len(b["index"]) for b in loader) == 6
