@@ -139,14 +139,13 @@ def _arrow_scalars(file: Any, size: int, columns: tuple[Column, ...],
 def _msgpack_scalars(file: Any, size: int, columns: tuple[Column, ...],
                      names: list[str]) -> dict[str, np.ndarray]:
     tail = _TAIL.size + len(MAGIC)
-    end = file.read_at(tail, size - tail).to_pybytes() if size >= tail else b""
+    end = file.read_at(tail, size - tail) if size >= tail else b""  # read_at gives bytes
     if len(end) != tail or end[-len(MAGIC):] != MAGIC:
         raise ValueError("bad magic")
     (footer_len,) = _TAIL.unpack(end[:_TAIL.size])
     if footer_len > size - tail - len(MAGIC):
         raise ValueError("footer length past the start of the file")
-    footer = msgpack.unpackb(file.read_at(footer_len, size - tail - footer_len).to_pybytes(),
-                             raw=False)
+    footer = msgpack.unpackb(file.read_at(footer_len, size - tail - footer_len), raw=False)
     return {name: np.frombuffer(footer["scalars"][name],
                                 dtype=next(c for c in columns if c.name == name).numpy_dtype)
             for name in names}
