@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from datapipe.errors import DataError
+from datapipe.format.arrow_shard import arrow_type
 from datapipe.format.cache import exclusive_lock
 from datapipe.format.integrity import check_shard_values
 from datapipe.format.manifest import Manifest, ShardInfo
@@ -123,6 +124,9 @@ def _arrow_scalars(file: Any, size: int, columns: tuple[Column, ...],
     fields = [i for i, c in enumerate(columns) if c.name in names]  # storage order
     options = pa.ipc.IpcReadOptions(included_fields=fields)
     reader = pa.ipc.open_file(file, options=options)
+    for name in names:
+        column = next(c for c in columns if c.name == name)
+        _check_type(column, str(reader.schema.field(name).type), str(arrow_type(column)))
     batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
     out = {}
     for name in names:
@@ -146,9 +150,20 @@ def _msgpack_scalars(file: Any, size: int, columns: tuple[Column, ...],
     if footer_len > size - tail - len(MAGIC):
         raise ValueError("footer length past the start of the file")
     footer = msgpack.unpackb(file.read_at(footer_len, size - tail - footer_len), raw=False)
+    stored = {c["name"]: c["type"] for c in footer["columns"]}
+    for column in columns:
+        if column.name in names:
+            _check_type(column, stored[column.name], column.type)
     return {name: np.frombuffer(footer["scalars"][name],
                                 dtype=next(c for c in columns if c.name == name).numpy_dtype)
             for name in names}
+
+
+def _check_type(column: Column, stored: str, expected: str) -> None:
+    """As the shard readers check it: a column of another type would be misread."""
+    if stored != expected:
+        raise ValueError(f"column {column.name!r} is stored as {stored}, the manifest says "
+                         f"{column.type}")
 
 
 class _Scalars(ShardReader):

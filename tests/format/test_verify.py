@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import datapipe as dp
+from datapipe.format import Dataset
 from tests.conftest import convert
 from tests.format import flips
 from tests.imagegen import make_image_folder
@@ -137,3 +138,17 @@ def test_verify_of_a_url_refuses_an_edited_manifest(datasets: dict, tmp_path: Pa
     name = json.loads((out / "manifest.json").read_text())["shards"][1]["name"]
     assert result.code == 1 and f"{url}/{name}: holds " in result.err, result.err
     assert "1 of " in result.err
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_scalar_index_of_a_url_refuses_an_edited_column_type(
+        datasets: dict, tmp_path: Path, s3_bucket: str, fmt: str) -> None:
+    """Over a URL the loaders read labels from the scalar index (range requests, no shard
+    opened): it checks the stored types as the shard readers do, instead of reading int64
+    labels as int32 ones."""
+    out = _edited(datasets["images", fmt], tmp_path / "ds", _labels_as_int32)
+    url = f"{s3_bucket}/ds"
+    upload_directory(out, url)
+    with Dataset(url) as ds, pytest.raises(dp.DataError, match="column 'label' is stored as "
+                                                                "int64, the manifest says int32"):
+        ds.scalar("label")
