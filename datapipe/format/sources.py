@@ -124,7 +124,7 @@ class RemoteShards:
         return self.store.where(name)
 
     def is_cached(self, info: ShardInfo) -> bool:
-        return self.cache.path(_cache_key(info), info.name).exists()
+        return self.cache.has(_cache_key(info), info.name)
 
     def open(self, info: ShardInfo, verify: str, fresh: bool = False) -> PinnedFile:
         """The shard in the cache, held in use. `fresh` throws away a cached copy first (it
