@@ -96,8 +96,8 @@ class RemoteDirectory:
         return self._store
 
     def where(self, name: str) -> str:
-        """The URL of object `name`, as messages name it."""
-        return f"{self.url}/{name}"
+        """The URL of object `name` (of the prefix for ""), as messages name it."""
+        return f"{self.url}/{name}" if name else self.url
 
     def _path(self, name: str) -> str:
         root = self._opened().root.rstrip("/")
