@@ -67,8 +67,7 @@ def _expect_refused(run: object, where: str, shown: str) -> None:
     assert where in message and shown in message and "\n" not in message, message
 
 
-def _every_reader_refuses(cli, datasets: dict[str, Path], locations: dict[str, str],
-                          shown: str) -> None:
+def _every_reader_refuses(cli, locations: dict[str, str], shown: str) -> None:
     """Both loaders and `datapipe inspect` / `verify`: one line naming manifest and name."""
     images, text = locations["images"], locations["text"]
     manifest = f"{str(images).rstrip('/')}/manifest.json"
@@ -100,7 +99,7 @@ def test_a_remote_manifest_names_only_files_of_its_own(
     name = _hostile_name(name, victim)
     before = _files_outside(tmp_path, tmp_path / "cache")
     urls = _upload(datasets, s3_bucket, name=name)
-    _every_reader_refuses(cli, datasets, urls, f"shard name {name!r}")
+    _every_reader_refuses(cli, urls, f"shard name {name!r}")
     assert _files_outside(tmp_path, tmp_path / "cache") == before
     assert victim.read_text() == VICTIM_TEXT
 
@@ -119,8 +118,7 @@ def test_a_local_manifest_names_only_files_of_its_own(datasets: dict[str, Path],
                 (copies[kind] / path.name).write_bytes(path.read_bytes())
         (copies[kind] / "manifest.json").write_bytes(_tampered(local / "manifest.json",
                                                               name=name))
-    _every_reader_refuses(cli, datasets, {k: str(v) for k, v in copies.items()},
-                          f"shard name {name!r}")
+    _every_reader_refuses(cli, {k: str(v) for k, v in copies.items()}, f"shard name {name!r}")
     assert victim.read_text() == VICTIM_TEXT
 
 
@@ -134,7 +132,7 @@ def test_a_shard_hash_is_a_hash(datasets: dict[str, Path], s3_bucket: str, tmp_p
     monkeypatch.setenv("DATAPIPE_REMOTE_BACKEND", backend)
     before = _files_outside(tmp_path, tmp_path / "cache")
     urls = _upload(datasets, s3_bucket, hash=value)
-    _every_reader_refuses(cli, datasets, urls, f"hash {value!r}")
+    _every_reader_refuses(cli, urls, f"hash {value!r}")
     assert _files_outside(tmp_path, tmp_path / "cache") == before
 
 
