@@ -35,7 +35,7 @@ class Timeouts:
     bounds a silence, not a transfer: a large object may stream for as long as bytes come."""
 
     connect: float = 10.0
-    read: float = 60.0
+    read: float = 20.0
 
     def __post_init__(self) -> None:
         for name, env in (("connect", CONNECT_TIMEOUT_ENV), ("read", READ_TIMEOUT_ENV)):
