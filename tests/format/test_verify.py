@@ -15,7 +15,7 @@ from datapipe.format import Dataset
 from tests.conftest import convert
 from tests.format import flips
 from tests.imagegen import make_image_folder
-from tests.s3server import upload_directory
+from tests.s3server import get_object, put_object, upload_directory
 
 FORMATS = ["arrow", "msgpack"]
 
@@ -152,3 +152,20 @@ def test_the_scalar_index_of_a_url_refuses_an_edited_column_type(
     with Dataset(url) as ds, pytest.raises(dp.DataError, match="column 'label' is stored as "
                                                                 "int64, the manifest says int32"):
         ds.scalar("label")
+
+
+def test_verify_of_a_url_names_an_object_whose_bytes_changed(datasets: dict, tmp_path: Path,
+                                                             s3_bucket: str, cli) -> None:
+    """Same size, other bytes: only the hash, taken as the object streams in, can tell; the
+    bytes never become a cached copy."""
+    url = f"{s3_bucket}/ds"
+    upload_directory(datasets["text", "arrow"], url)
+    name = json.loads((datasets["text", "arrow"] / "manifest.json").read_text())["shards"][0][
+        "name"]
+    data = bytearray(get_object(f"{url}/{name}"))
+    data[len(data) // 2] ^= 0x01
+    put_object(f"{url}/{name}", bytes(data))
+    result = cli("verify", url)
+    assert result.code == 1
+    assert f"{url}/{name}: content hash differs from the manifest\n" in result.err, result.err
+    assert not list((tmp_path / "cache").rglob(name))
