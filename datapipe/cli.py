@@ -329,8 +329,11 @@ def _length_histogram(dataset: Any) -> str:
 @cli.command("verify", context_settings=CONTEXT)
 @click.argument("dataset")
 def verify_cmd(dataset: str) -> None:
-    """Re-hash every shard against the manifest; exit 1 naming each bad shard. A URL's
-    objects are hashed as they stream, without going through the cache."""
+    """Check a dataset as every reader would: re-hash each shard against the manifest, then
+    check what the loaders check (rows, labels against the classes, column types, token ids,
+    image sizes); exit 1 naming each bad shard. A URL's shards are hashed as they stream into
+    the cache."""
+    from datapipe.format.manifest import MANIFEST_NAME
     from datapipe.inspection import verify
 
     dataset = _location(dataset)
@@ -338,8 +341,10 @@ def verify_cmd(dataset: str) -> None:
     for problem in problems:
         click.echo(f"{_join(dataset, problem.name)}: {problem.problem}", err=True)
     if problems:
-        click.echo(f"{dataset}: {len(problems)} of {len(manifest.shards)} shards are corrupt or "
-                   "missing", err=True)
+        bad = sum(p.name != MANIFEST_NAME for p in problems)
+        click.echo(f"{dataset}: {bad} of {len(manifest.shards)} shards are corrupt, missing or "
+                   "disagree with the manifest" + ("; so does the manifest itself" if
+                                                   bad < len(problems) else ""), err=True)
         sys.exit(1)
     click.echo(f"{dataset}: all {len(manifest.shards)} shards intact "
                f"({manifest.num_samples:,} samples)")

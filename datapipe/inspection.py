@@ -8,9 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from datapipe.errors import DataError
 from datapipe.format.dataset import Dataset
-from datapipe.format.integrity import shard_file_problem
-from datapipe.format.manifest import Manifest
+from datapipe.format.integrity import open_checked
+from datapipe.format.manifest import MANIFEST_NAME, Manifest
+from datapipe.format.sample_checks import check_samples
+from datapipe.format.shard_reader import verify_hint
 from datapipe.format.sources import Location, open_source
 
 
@@ -56,24 +59,66 @@ def _length_stats(lengths: np.ndarray) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class ShardProblem:
-    name: str
+    name: str  # a shard's, or the manifest's
     problem: str
+
+
+# The columns each loader reads, by dataset kind, and what they must be.
+_NEEDED = {"images": {"image": "bytes", "label": "scalar", "height": "scalar", "width": "scalar"},
+           "text": {"tokens": "tokens", "length": "scalar"}}
 
 
 def verify(directory: str | Path | Location,
            progress: Any = None) -> tuple[Manifest, list[ShardProblem]]:
-    """Re-hash every shard against the manifest; returns the problems found (none = intact).
-    A remote dataset's objects are hashed as they stream, not through the cache."""
+    """Check the dataset as every reader would: each shard's bytes against the manifest's
+    hash, then what a loader checks on opening it and on reading its samples. Returns the
+    problems found, the first of each shard (none: intact). A remote dataset's objects are
+    hashed as they stream into the cache, as a loader's are."""
     source = open_source(directory)
     manifest = source.load_manifest()
-    problems = []
-    for shard in manifest.shards:
-        if source.remote:
-            problem = source.object_problem(shard)
-        else:
-            problem = shard_file_problem(source.location / shard.name, shard)
+    problems = [ShardProblem(MANIFEST_NAME, p) for p in _manifest_problems(manifest)]
+    starts = np.concatenate([[0], np.cumsum([s.rows for s in manifest.shards])])
+    for k, shard in enumerate(manifest.shards):
+        problem = source.hash_problem(shard) or _reader_problem(source, manifest, k,
+                                                                int(starts[k]))
         if problem is not None:
             problems.append(ShardProblem(shard.name, problem))
         if progress is not None:
             progress(shard.bytes)
     return manifest, problems
+
+
+def _manifest_problems(manifest: Manifest) -> list[str]:
+    """What the loaders would refuse in the manifest itself: a kind they do not read, a
+    column they read absent or of a type they cannot."""
+    needed = _NEEDED.get(manifest.kind)
+    if needed is None:
+        return [f"kind {manifest.kind!r} is neither of {sorted(_NEEDED)}"]
+    stored = {c.name: c for c in manifest.columns}
+    problems = []
+    for name, wanted in needed.items():
+        column = stored.get(name)
+        if column is None or wanted != ("scalar" if column.is_scalar else
+                                        "tokens" if column.is_tokens else column.type):
+            problems.append(f"a {manifest.kind} dataset needs a {wanted} column {name!r}; the "
+                            f"manifest has {column.type if column else 'none'}")
+    return problems
+
+
+def _reader_problem(source: Any, manifest: Manifest, k: int, first_sample: int) -> str | None:
+    """What a loader would refuse in shard k, whose bytes are intact (None: nothing)."""
+    info = manifest.shards[k]
+    where, dataset = source.where(info.name), str(source.location)
+    file = source.open(info, "cheap")
+    try:
+        reader = open_checked(file.path, manifest, k, first_sample, where, dataset)
+        try:
+            check_samples(reader, manifest)
+        finally:
+            reader.close()
+    except DataError as exc:  # one line naming the shard: keep what follows its name
+        text = str(exc).removesuffix(" " + verify_hint(dataset))
+        return text.removeprefix(f"{where}: ").removeprefix(f"{where} ")
+    finally:
+        file.release()
+    return None

@@ -27,7 +27,7 @@ def staging_directory(url: str, staging: Path | None) -> Path:
     if staging is not None:
         return staging
     key = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
-    return CacheSettings.resolve().directory / "staging" / key
+    return CacheSettings.resolve().staging(key)
 
 
 class RemoteTarget:

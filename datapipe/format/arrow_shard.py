@@ -91,9 +91,13 @@ class ArrowShardReader(ShardReader):
         if not batches:
             raise DataError(f"{self.where}: Arrow shard has no record batches")
         table = pa.Table.from_batches(batches)
-        for name in self.columns:
+        for name, col in self.columns.items():
             if name not in table.column_names:
                 raise DataError(f"{self.where}: shard lacks column {name!r}")
+            if table.schema.field(name).type != arrow_type(col):  # else misread as another
+                raise self.corrupt_shard(f"column {name!r} is stored as "
+                                         f"{table.schema.field(name).type}, the manifest says "
+                                         f"{col.type}")
         self._check_structure(batches)
         self._table = table
         self.num_rows = table.num_rows

@@ -33,6 +33,7 @@ from pathlib import Path
 from datapipe import sizes
 from datapipe.errors import ArgumentError, DataError, DatapipeError
 from datapipe.format.hashing import StreamHash
+from datapipe.format.names import inside
 from datapipe.system import same_file
 
 CACHE_DIR_ENV = "DATAPIPE_CACHE_DIR"
@@ -85,6 +86,10 @@ class CacheSettings:
         else:
             limit = sizes.parse_size(size, "cache size", 1 << 60, "1 EB")
         return cls(Path(directory).expanduser().absolute(), limit)
+
+    def staging(self, key: str) -> Path:
+        """The folder a conversion to a URL writes in first (CACHE/staging/<key>)."""
+        return inside(self.directory, self.directory / "staging" / key)
 
 
 def _flock(path: Path, mode: int, create: bool) -> int | None:
@@ -156,7 +161,19 @@ class ShardCache:
         self.index_directory = settings.directory / "index"
 
     def path(self, key: str, name: str) -> Path:
-        return self.shards / key / name
+        return inside(self.shards, self.shards / key / name)
+
+    def has(self, key: str, name: str) -> bool:
+        """Whether a copy is there. It only looks, so it skips path()'s check (tens of
+        microseconds, and the prefetcher asks for every coming shard each time it polls)."""
+        return (self.shards / key / name).exists()
+
+    def entry(self, key: str) -> Path:
+        """The folder of one shard's copy, its lock and its download in progress."""
+        return inside(self.shards, self.shards / key)
+
+    def index_file(self, name: str) -> Path:
+        return inside(self.index_directory, self.index_directory / name)
 
     def pin(self, key: str, name: str) -> PinnedFile | None:
         """The cached file, held in use; None when it is not in the cache."""
@@ -178,7 +195,7 @@ class ShardCache:
             pinned = self.pin(key, name)
             if pinned is not None:
                 return pinned
-            entry = self.shards / key
+            entry = self.entry(key)
             with self._writing(where), exclusive_lock(entry / _LOCK):
                 pinned = self.pin(key, name)
                 if pinned is None:
@@ -191,7 +208,7 @@ class ShardCache:
 
     def _download(self, entry: Path, name: str, expected_hash: str, where: str,
                   chunks: Callable[[], Iterator[bytes]]) -> None:
-        part = entry / (name + _PART)
+        part = inside(self.shards, entry / (name + _PART))
         digest = StreamHash()
         try:
             with open(part, "wb") as f:
@@ -210,7 +227,7 @@ class ShardCache:
 
     def discard(self, key: str, name: str) -> None:
         """Remove a cached copy found damaged (a process mapping it keeps its mapping)."""
-        with exclusive_lock(self.shards / key / _LOCK):
+        with exclusive_lock(self.entry(key) / _LOCK):
             self.path(key, name).unlink(missing_ok=True)
 
     def make_room(self, incoming: int) -> None:

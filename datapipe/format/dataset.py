@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import DataError
-from datapipe.format.integrity import check_shard_values, check_verify_mode
-from datapipe.format.shard_reader import ShardReader, open_shard
+from datapipe.format.integrity import check_verify_mode, open_checked
+from datapipe.format.shard_reader import ShardReader
 from datapipe.format.sources import RemoteLocation, ShardFile, open_source
 
 
@@ -88,19 +88,8 @@ class Dataset:
         raise AssertionError("unreachable")
 
     def _read(self, k: int, path: Path) -> ShardReader:
-        info = self.manifest.shards[k]
-        reader = open_shard(path, self.manifest.shard_format, self.manifest.columns,
-                            first_sample=int(self.shard_starts[k]),
-                            where=self.source.where(info.name), dataset=str(self.directory))
-        try:
-            if reader.num_rows != info.rows:
-                raise DataError(f"{reader.where}: holds {reader.num_rows} rows, manifest says "
-                                f"{info.rows}; run `datapipe verify {self.directory}`")
-            check_shard_values(reader, self.manifest)
-        except DataError:
-            reader.close()
-            raise
-        return reader
+        return open_checked(path, self.manifest, k, int(self.shard_starts[k]),
+                            self.source.where(self.manifest.shards[k].name), str(self.directory))
 
     def _close_shard(self, k: int) -> None:
         reader = self._readers.pop(k)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -9,6 +10,12 @@ import xxhash
 
 HASH_ALGORITHM = "xxh3_128"
 _CHUNK = 8 << 20
+_HASH = re.compile(rf"{HASH_ALGORITHM}:[0-9a-f]{{32}}")
+
+
+def is_hash(value: object) -> bool:
+    """Whether `value` is a hash as this module writes them (`"xxh3_128:"` and 32 hex digits)."""
+    return isinstance(value, str) and _HASH.fullmatch(value) is not None
 
 
 def hash_file(path: str | Path) -> str:

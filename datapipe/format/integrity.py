@@ -17,7 +17,7 @@ import numpy as np
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.hashing import hash_file
 from datapipe.format.manifest import Manifest, ShardInfo
-from datapipe.format.shard_reader import ShardReader
+from datapipe.format.shard_reader import ShardReader, open_shard
 
 VERIFY_MODES = ("cheap", "open")
 MAX_JPEG_SIDE = 65535  # a JPEG header cannot state a larger width or height
@@ -64,6 +64,24 @@ def _file_key(path: Path, info: ShardInfo) -> tuple | None:
     except OSError:
         return None
     return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, info.hash)
+
+
+def open_checked(path: Path, manifest: Manifest, k: int, first_sample: int, where: str,
+                 dataset: str) -> ShardReader:
+    """Shard k of the manifest, opened with every check a reader makes when it opens one: its
+    structure and column types, its row count against the manifest, its scalar values."""
+    info = manifest.shards[k]
+    reader = open_shard(path, manifest.shard_format, manifest.columns, first_sample, where,
+                        dataset)
+    try:
+        if reader.num_rows != info.rows:
+            raise reader.corrupt_shard(f"holds {reader.num_rows} rows, manifest says "
+                                       f"{info.rows}")
+        check_shard_values(reader, manifest)
+    except DataError:
+        reader.close()
+        raise
+    return reader
 
 
 def check_shard_values(reader: ShardReader, manifest: Manifest) -> None:

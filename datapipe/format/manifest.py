@@ -6,12 +6,15 @@ The format is specified in docs/FORMAT.md; bump FORMAT_VERSION on any incompatib
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from datapipe.errors import DataError
+from datapipe.format.hashing import HASH_ALGORITHM, is_hash
+from datapipe.format.names import check_file_name
 from datapipe.format.schema import Column
 
 FORMAT_NAME = "datapipe-shards"
@@ -23,18 +26,31 @@ SHARD_SUFFIX = {"arrow": ".arrow", "msgpack": ".msgpack"}
 
 @dataclass(frozen=True)
 class ShardInfo:
+    """One shard as the manifest lists it. Its name is joined to the dataset's folder or URL
+    and to the cache, its hash names its folder in the cache: both are checked here, so that
+    a manifest can only name files of its own dataset."""
+
     name: str
     rows: int
     bytes: int
     hash: str
+
+    def __post_init__(self) -> None:
+        check_file_name(self.name, "shard name")
+        for key in ("rows", "bytes"):
+            value = getattr(self, key)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+                raise DataError(f"shard {self.name!r}: {key} {value!r} is not a count")
+        if not is_hash(self.hash):
+            raise DataError(f"shard {self.name!r}: hash {self.hash!r} is not an "
+                            f"{HASH_ALGORITHM} hash")
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "rows": self.rows, "bytes": self.bytes, "hash": self.hash}
 
     @classmethod
     def from_json(cls, obj: dict) -> ShardInfo:
-        return cls(name=obj["name"], rows=int(obj["rows"]), bytes=int(obj["bytes"]),
-                   hash=obj["hash"])
+        return cls(name=obj["name"], rows=obj["rows"], bytes=obj["bytes"], hash=obj["hash"])
 
 
 @dataclass(frozen=True)
@@ -132,6 +148,8 @@ class Manifest:
                 stats=obj.get("stats") or {},
                 version=version,
             )
+        except DataError as exc:  # a field that is there, but wrong: says which
+            raise DataError(f"{source}: {exc}") from None
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{source}: malformed manifest ({exc})") from None
 

@@ -100,6 +100,12 @@ class MsgpackShardReader(ShardReader):
         missing = [n for n in self.columns if n not in self._position]
         if missing or len(self._offsets) != self.num_rows + 1:
             raise DataError(f"{self.where}: shard lacks columns {missing} or its index is damaged")
+        for stored_column in footer["columns"]:
+            column = self.columns.get(stored_column["name"])
+            if column is not None and stored_column["type"] != column.type:
+                raise self.corrupt_shard(f"column {column.name!r} is stored as "
+                                         f"{stored_column['type']}, the manifest says "
+                                         f"{column.type}")
         self._check_offsets(footer_start)
         self._scalars: dict[str, np.ndarray] = {}
         for name, raw in footer["scalars"].items():

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from datapipe.errors import DataError
+from datapipe.format.arrow_shard import arrow_type
 from datapipe.format.cache import exclusive_lock
 from datapipe.format.integrity import check_shard_values
 from datapipe.format.manifest import Manifest, ShardInfo
@@ -43,15 +44,14 @@ def remote_scalar(source: Any, manifest: Manifest, name: str) -> np.ndarray:
 
 
 def _load_or_build(source: Any, manifest: Manifest) -> dict[str, np.ndarray]:
-    directory: Path = source.side_directory
-    directory.mkdir(parents=True, exist_ok=True)
+    source.side_directory.mkdir(parents=True, exist_ok=True)
     stem = f"scalars-{source.manifest_digest().split(':')[1]}"
-    path = directory / f"{stem}.npz"
+    path = source.cache.index_file(f"{stem}.npz")
     names = [c.name for c in manifest.columns if c.is_scalar]
     columns = _load_intact(path, names, manifest.num_samples)
     if columns is not None:
         return columns
-    with exclusive_lock(directory / f"{stem}.lock"):  # one process per node reads them
+    with exclusive_lock(source.cache.index_file(f"{stem}.lock")):  # one process per node reads them
         columns = _load_intact(path, names, manifest.num_samples)
         if columns is None:
             columns = _read_all(source, manifest, names)
@@ -124,6 +124,9 @@ def _arrow_scalars(file: Any, size: int, columns: tuple[Column, ...],
     fields = [i for i, c in enumerate(columns) if c.name in names]  # storage order
     options = pa.ipc.IpcReadOptions(included_fields=fields)
     reader = pa.ipc.open_file(file, options=options)
+    for name in names:
+        column = next(c for c in columns if c.name == name)
+        _check_type(column, str(reader.schema.field(name).type), str(arrow_type(column)))
     batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
     out = {}
     for name in names:
@@ -140,17 +143,27 @@ def _arrow_scalars(file: Any, size: int, columns: tuple[Column, ...],
 def _msgpack_scalars(file: Any, size: int, columns: tuple[Column, ...],
                      names: list[str]) -> dict[str, np.ndarray]:
     tail = _TAIL.size + len(MAGIC)
-    end = file.read_at(tail, size - tail).to_pybytes() if size >= tail else b""
+    end = file.read_at(tail, size - tail) if size >= tail else b""  # read_at gives bytes
     if len(end) != tail or end[-len(MAGIC):] != MAGIC:
         raise ValueError("bad magic")
     (footer_len,) = _TAIL.unpack(end[:_TAIL.size])
     if footer_len > size - tail - len(MAGIC):
         raise ValueError("footer length past the start of the file")
-    footer = msgpack.unpackb(file.read_at(footer_len, size - tail - footer_len).to_pybytes(),
-                             raw=False)
+    footer = msgpack.unpackb(file.read_at(footer_len, size - tail - footer_len), raw=False)
+    stored = {c["name"]: c["type"] for c in footer["columns"]}
+    for column in columns:
+        if column.name in names:
+            _check_type(column, stored[column.name], column.type)
     return {name: np.frombuffer(footer["scalars"][name],
                                 dtype=next(c for c in columns if c.name == name).numpy_dtype)
             for name in names}
+
+
+def _check_type(column: Column, stored: str, expected: str) -> None:
+    """As the shard readers check it: a column of another type would be misread."""
+    if stored != expected:
+        raise ValueError(f"column {column.name!r} is stored as {stored}, the manifest says "
+                         f"{column.type}")
 
 
 class _Scalars(ShardReader):

@@ -64,15 +64,19 @@ class ShardReader(ABC):
         """The error for a row whose stored bytes cannot be right: names the shard, the row and
         the sample, and what to run."""
         return DataError(f"{self.where} row {row} (sample {self.first_sample + row}): {problem} "
-                         f"(a corrupt shard? run `datapipe verify {self.dataset}`)")
+                         f"{verify_hint(self.dataset)}")
 
     def corrupt_shard(self, problem: str) -> DataError:
-        return DataError(f"{self.where}: {problem} (a corrupt shard? run `datapipe verify "
-                         f"{self.dataset}`)")
+        return DataError(f"{self.where}: {problem} {verify_hint(self.dataset)}")
 
     def _check_row(self, row: int) -> None:
         if not 0 <= row < self.num_rows:
             raise DataError(f"{self.where}: row {row} out of range (shard has {self.num_rows})")
+
+
+def verify_hint(dataset: str) -> str:
+    """How every message about a shard that fails a check ends."""
+    return f"(a corrupt shard? run `datapipe verify {dataset}`)"
 
 
 def open_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...],

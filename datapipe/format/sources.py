@@ -16,8 +16,8 @@ import numpy as np
 
 from datapipe.errors import DataError
 from datapipe.format.cache import CacheSettings, CorruptDownload, PinnedFile, ShardCache
-from datapipe.format.hashing import StreamHash, hash_bytes, hash_file
-from datapipe.format.integrity import check_shard_hash
+from datapipe.format.hashing import hash_bytes, hash_file
+from datapipe.format.integrity import check_shard_hash, shard_file_problem
 from datapipe.format.manifest import MANIFEST_NAME, Manifest, ShardInfo
 from datapipe.format.remote import MissingObject, RemoteDirectory, is_url, local_path
 
@@ -81,6 +81,10 @@ class LocalShards:
     def max_open(self, manifest: Manifest) -> int:
         return 0  # no limit: nothing is evicted
 
+    def hash_problem(self, info: ShardInfo) -> str | None:
+        """What is wrong with the shard file against its manifest entry (None: intact)."""
+        return shard_file_problem(self.location / info.name, info)
+
     def open(self, info: ShardInfo, verify: str, fresh: bool = False) -> ShardFile:
         path = self.location / info.name
         if verify == "open":
@@ -120,7 +124,7 @@ class RemoteShards:
         return self.store.where(name)
 
     def is_cached(self, info: ShardInfo) -> bool:
-        return self.cache.path(_cache_key(info), info.name).exists()
+        return self.cache.has(_cache_key(info), info.name)
 
     def open(self, info: ShardInfo, verify: str, fresh: bool = False) -> PinnedFile:
         """The shard in the cache, held in use. `fresh` throws away a cached copy first (it
@@ -146,24 +150,28 @@ class RemoteShards:
                                         lambda: self.store.stream(info.name))
             except CorruptDownload as exc:
                 if attempt:
-                    raise DataError(f"{exc}, again after fetching it a second time: the object "
-                                    f"is corrupt or was replaced (run `datapipe verify "
-                                    f"{self.location}`)") from None
+                    raise CorruptDownload(f"{exc}, again after fetching it a second time: the "
+                                          f"object is corrupt or was replaced (run `datapipe "
+                                          f"verify {self.location}`)") from None
         raise AssertionError("unreachable")
 
-    def object_problem(self, info: ShardInfo) -> str | None:
-        """What is wrong with the stored object against its manifest entry (None: intact),
-        hashed as it streams."""
+    def hash_problem(self, info: ShardInfo) -> str | None:
+        """What is wrong with the stored object against its manifest entry (None: intact).
+        Its size is asked first; its bytes are hashed as they stream into the cache, as a
+        reader's are (a copy cached before is hashed again), where they stay for the reader's
+        checks."""
         size = self.store.size(info.name)
         if size is None:
             return "missing"
         if size != info.bytes:
             return f"size {size} bytes, manifest says {info.bytes}"
-        digest = StreamHash()
-        for chunk in self.store.stream(info.name):
-            digest.update(chunk)
-        return None if digest.hexdigest() == info.hash else \
-            "content hash differs from the manifest"
+        try:
+            self.open(info, "open").release()
+        except MissingObject:
+            return "missing"
+        except CorruptDownload:
+            return "content hash differs from the manifest"
+        return None
 
     def max_open(self, manifest: Manifest) -> int:
         """Shards a process keeps open (and so in use) at once: half the cache's worth, so

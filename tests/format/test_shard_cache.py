@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from datapipe.errors import ArgumentError
+from datapipe.errors import ArgumentError, DataError
 from datapipe.format.cache import CacheSettings, CorruptDownload, ShardCache
 from datapipe.format.hashing import hash_bytes
 
@@ -62,6 +62,39 @@ def test_bytes_that_do_not_hash_as_expected_are_refused(tmp_path: Path) -> None:
                     lambda: _chunks(wrong))
     assert not cache.path("k", "shard-00000.arrow").exists()
     assert not list((tmp_path / "shards" / "k").glob("*.part"))
+
+
+@pytest.mark.parametrize(("key", "name"), [("k", "../../outside"), ("../..", "outside"),
+                                           ("k", "ABSOLUTE"), ("k/../..", "outside")])
+def test_a_path_that_leaves_the_cache_is_refused_before_any_write(tmp_path: Path, key: str,
+                                                                  name: str) -> None:
+    """The defence behind the manifest's name checks, which keep such names from getting
+    here: whatever the key and name, nothing is written outside the cache."""
+    name = str(tmp_path / "outside") if name == "ABSOLUTE" else name
+    root = tmp_path / "cache"
+    cache = ShardCache(CacheSettings(root, 1 << 30))
+    with pytest.raises(DataError, match="resolves outside"):
+        cache.fetch(key, name, len(DATA), HASH, "s3://b/k", _chunks)
+    assert not [p for p in tmp_path.rglob("*") if p != root and root not in p.parents]
+
+
+def test_a_link_planted_in_the_cache_is_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_bytes(b"not a shard")
+    cache = ShardCache(CacheSettings(tmp_path / "cache", 1 << 30))
+    (tmp_path / "cache" / "shards" / "j").mkdir(parents=True)
+    (tmp_path / "cache" / "shards" / "k").symlink_to(outside)
+    with pytest.raises(DataError, match="resolves outside"):
+        _fetch(cache, "k")
+    (tmp_path / "cache" / "shards" / "j" / "shard-00000.arrow").symlink_to(outside / "victim")
+    with pytest.raises(DataError, match="resolves outside"):  # not read as the cached copy
+        _fetch(cache, "j")
+    assert [p.name for p in outside.iterdir()] == ["victim"]
+    assert (outside / "victim").read_bytes() == b"not a shard"
+    assert CacheSettings(tmp_path / "cache", 1).staging("0" * 16).parent.name == "staging"
+    with pytest.raises(DataError, match="resolves outside"):
+        CacheSettings(tmp_path / "cache", 1).staging("../../x")
 
 
 _SLOW_DOWNLOAD = textwrap.dedent("""

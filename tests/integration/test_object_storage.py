@@ -91,6 +91,31 @@ def test_token_loader_reads_s3_as_it_reads_a_folder(text_shards: Path, s3_bucket
     assert _same(batches(text_shards), batches(url))
 
 
+@pytest.mark.parametrize("backend", ["arrow", "fsspec"])
+def test_msgpack_datasets_read_over_s3_as_from_a_folder(tmp_path: Path, s3_bucket: str,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        backend: str) -> None:
+    """Their scalars come from the msgpack footer, read with range requests."""
+    monkeypatch.setenv("DATAPIPE_REMOTE_BACKEND", backend)
+    src = make_image_folder(tmp_path / "src", classes=2, per_class=4)
+    convert("images", src, tmp_path / "images", "--short-side", "48", "--shard-size", "20KB",
+            "--format", "msgpack", "--workers", "1")
+    (tmp_path / "a.txt").write_text("".join(f"document {i} " + "x " * i + "\n"
+                                            for i in range(50)))
+    convert("text", tmp_path / "a.txt", tmp_path / "text", "--tokenizer", "bytes",
+            "--shard-size", "1KB", "--format", "msgpack")
+    assert _same(_image_batches(tmp_path / "images", num_workers=0),
+                 _image_batches(_uploaded(tmp_path / "images", s3_bucket, "images"),
+                                num_workers=0))
+
+    def batches(path: object) -> list[tuple[list[int], torch.Tensor]]:
+        with dp.TokenLoader(path, max_tokens=128, num_workers=0, seed=1) as loader:
+            return [(b["index"].tolist(), b["input_ids"].clone()) for b in loader]
+
+    assert _same(batches(tmp_path / "text"),
+                 batches(_uploaded(tmp_path / "text", s3_bucket, "text")))
+
+
 def test_cold_then_warm_cache(image_shards: Path, s3_bucket: str, tmp_path: Path) -> None:
     url = _uploaded(image_shards, s3_bucket)
     cache = tmp_path / "cache"
