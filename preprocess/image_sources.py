@@ -139,7 +139,7 @@ def _from_records(src: Path, records: list[Row | BadLine]) -> ImageSource:
     rows = [r for r in records if isinstance(r, Row)]
     if not rows:
         raise ArgumentError(f"SRC {src} lists no images"
-                            + (f" ({records[0].source}: {records[0].reason})" if records else ""))
+                            + (f" ({records[0].reason})" if records else ""))
     if "path" not in rows[0].values:
         raise ArgumentError(f"SRC {src}: needs a 'path' column (and usually 'label')")
     extra_names = [k for k in rows[0].values if k not in ("path", "label")]
@@ -172,7 +172,7 @@ def _labels(src: Path, rows: list[Row]) -> tuple[list[int | None], tuple[str, ..
     if missing:
         raise DataError(f"{src} line {missing[0]}: no label, while other lines have one")
     try:
-        integers = [int(v) for v in raw]
+        integers = [_strict_int(v) for v in raw]  # 1.5 is a class name, never label 1
     except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity
         classes = tuple(sorted({str(v) for v in raw}))
         index = {c: i for i, c in enumerate(classes)}

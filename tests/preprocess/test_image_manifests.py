@@ -132,3 +132,16 @@ def test_jsonl_lines_are_numbered_as_a_file_reader_numbers_them(cli, tmp_path: P
     assert _rejects(tmp_path / "out") == {"list.jsonl:2": "list.jsonl line 2: not a JSON object"}
     with Dataset(tmp_path / "out") as ds:
         assert ds[0]["note"] == "a\u2028b\x85c"
+
+
+def test_a_fractional_json_label_is_a_class_name_never_truncated(cli, tmp_path: Path) -> None:
+    """int(1.5) is 1: a JSON label 1.5 once became class 1 silently."""
+    photos = _photos(tmp_path)
+    (tmp_path / "list.jsonl").write_text("".join(
+        json.dumps({"path": p, "label": n}) + "\n" for p, n in zip(photos, [1, 1.5, 2.0],
+                                                                   strict=True)))
+    result = cli("convert", "images", tmp_path / "list.jsonl", tmp_path / "out")
+    assert result.code == 0, result.err
+    with Dataset(tmp_path / "out") as ds:
+        assert ds.manifest.classes == ("1", "1.5", "2.0")
+        assert [ds[i]["label"] for i in range(len(ds))] == [0, 1, 2]
