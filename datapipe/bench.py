@@ -1,4 +1,5 @@
-"""`datapipe bench`: how fast the loader delivers batches of a dataset, with given settings."""
+"""`datapipe bench`: how fast the loader delivers batches of a dataset, with given settings;
+with a suite, datapipe against its peers (the benchmarks of a checkout)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,26 @@ def benchmarks_suite() -> Any:
     if str(checkout) not in sys.path:
         sys.path.insert(0, str(checkout))
     return importlib.import_module("benchmarks.suite")
+
+
+def run_suite(suite: str, *, workers: int = 0, repeats: int = 3, photos: int = 2000,
+              text_mb: int = 20, out: str | Path = "bench-results", smoke: bool = False,
+              readme: bool = False) -> int:
+    """Run one suite of the checkout's benchmarks ("all": every one) and write its report to
+    `out`; `smoke` is tiny data, one run per tool. Returns the suite's exit status."""
+    from datapipe.errors import ArgumentError
+
+    if smoke and readme:
+        raise ArgumentError("bench: --readme with --smoke would put smoke-test figures in "
+                            "the README; run the full suite for it")
+    module = benchmarks_suite()
+    suites = module.SUITES if suite == "all" else (suite,)
+    if smoke:
+        options = module.Options.smoke_test(suites, Path(out), workers or 2)
+    else:
+        options = module.Options(suites, repeats, photos, text_mb, workers, Path(out),
+                                 readme=readme)
+    return module.run(options)
 
 
 def decode_ceiling(path: str | Path, workers: int, limit: int | None = None) -> float:

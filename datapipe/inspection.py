@@ -122,3 +122,14 @@ def _reader_problem(source: Any, manifest: Manifest, k: int, first_sample: int) 
     finally:
         file.release()
     return None
+
+
+def length_histogram(directory: str | Path | Location, bins: int = 10) -> dict[str, int]:
+    """Samples per length range ("LO-HI", inclusive), the ranges growing geometrically: token
+    lengths span orders of magnitude."""
+    with Dataset(directory) as ds:
+        lengths = ds.scalar("length")
+    edges = np.unique(np.geomspace(max(1, lengths.min()), lengths.max() + 1,
+                                   bins + 1).astype(int))
+    counts, _ = np.histogram(lengths, bins=edges)
+    return {f"{a}-{b - 1}": int(c) for a, b, c in zip(edges, edges[1:], counts, strict=False)}

@@ -1,0 +1,136 @@
+"""`datapipe convert images|text`: raw inputs into shards, over the converters of
+`preprocess`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from datapipe.cli.common import CONTEXT, Progress, join
+from datapipe.cli.convert_options import (
+    engine_options,
+    make_output_options,
+    open_engine,
+    output_options,
+)
+from datapipe.sizes import format_size
+
+
+@click.group(context_settings=CONTEXT)
+def convert() -> None:
+    """Convert raw images or text into shards (heavy, non-random work done once)."""
+
+
+@convert.command("images", context_settings=CONTEXT)
+@click.argument("src", type=click.Path(path_type=Path))
+@click.argument("out")
+@click.option("--short-side", default=256, show_default=True, type=int,
+              help="Resize so the shorter side is this many pixels (of the image as displayed, "
+              "after its EXIF orientation); the longer side is the full-resolution one scaled "
+              "alike and rounded to the nearest pixel, halves up. 0 keeps the size.")
+@click.option("--upscale/--no-upscale", default=True, show_default=True,
+              help="Enlarge an image whose shorter side is below --short-side, as "
+              "torchvision's Resize does; --no-upscale stores it at its own size.")
+@click.option("--quality", default=90, show_default=True, type=int, help="JPEG quality.")
+@click.option("--subsampling", type=click.Choice(["4:4:4", "4:2:2", "4:2:0"]),
+              default="4:2:0", show_default=True,
+              help="JPEG chroma subsampling: 4:4:4 keeps colour edges sharp, at about 1.25x "
+              "the bytes of 4:2:0 on photos; 4:2:2 halves colour detail across only.")
+@click.option("--keep-icc", is_flag=True,
+              help="Store RGB values as the file holds them, with its ICC profile embedded, "
+              "instead of converting them to sRGB (the default). JPEG encoding only.")
+@click.option("--encoding", type=click.Choice(["jpeg", "raw"]), default="jpeg",
+              show_default=True, help="Store JPEG, or raw uint8 RGB pixels (no decode at load).")
+@click.option("--max-pixels", default=89_478_485, show_default=True, type=int,  # PIL's limit
+              help="Reject an image whose stored or resized size (width x height) is over this "
+              "many pixels, judged from its header before decoding; the default is PIL's "
+              "decompression-bomb limit.")
+@engine_options
+@output_options
+def convert_images_cmd(src: Path, out: str, short_side: int, upscale: bool, quality: int,
+                       subsampling: str, keep_icc: bool, encoding: str, max_pixels: int,
+                       workers: int, engine: str, address: str | None, **output: Any) -> None:
+    """Convert an image folder (SRC/<class>/<file>) or a CSV/JSONL list (path,label,...)
+    into OUT, a folder or a URL (s3://bucket/prefix: made locally, then uploaded).
+
+    Every input is converted or listed in OUT/rejects.jsonl with a reason: symlinks are
+    followed, each folder walked once (a dangling or looping link is a reject), hidden entries
+    ('.' names), folders that cannot be read and entries on /proc, /sys or /dev are rejects,
+    and so is any file that is not an image. OUT and other datapipe datasets are not inputs.
+    A run that converts nothing, or rejects more than --max-rejects, exits 1.
+
+    Stored images are RGB in sRGB: an embedded ICC profile (Adobe RGB, Display P3, ...) is
+    converted, transparency is composited onto white, 16-bit values are scaled by bit depth.
+    """
+    from preprocess.image_ops import ImageSettings
+    from preprocess.images import convert_images
+
+    settings = ImageSettings(short_side=short_side, quality=quality, encoding=encoding,
+                             max_pixels=max_pixels, subsampling=subsampling, upscale=upscale,
+                             keep_icc=keep_icc)
+    options = make_output_options(out, **output)
+    with open_engine(engine, workers, address) as runner:
+        progress = Progress(None, "img")
+        try:
+            result = convert_images(src, options, settings, runner.workers, engine=runner,
+                                    progress=progress.update_with_total)
+        finally:
+            progress.close()
+    rate = result.inputs - _resumed_inputs(result)
+    _report(result, "images", f"{rate / max(result.seconds, 1e-9):,.0f} images/s")
+
+
+@convert.command("text", context_settings=CONTEXT)
+@click.argument("sources", nargs=-1, required=True, metavar="SRC... OUT")
+@click.option("--tokenizer", "tokenizer", required=True,
+              help="Path to a Hugging Face tokenizer.json, or 'bytes' (built-in byte-level).")
+@click.option("--field", default="text", show_default=True, help="Text field of .jsonl/.parquet.")
+@click.option("--doc-per-file", is_flag=True, help=".txt files hold one document each.")
+@click.option("--append-eos", is_flag=True, help="End every document with the EOS id.")
+@click.option("--eos-token", default=None, help="Which token is EOS (default: found by name).")
+@engine_options
+@output_options
+def convert_text_cmd(sources: tuple[str, ...], tokenizer: str, field: str, doc_per_file: bool,
+                     append_eos: bool, eos_token: str | None, workers: int, engine: str,
+                     address: str | None, **output: Any) -> None:
+    """Tokenize .txt (a line or a file per document), .jsonl or .parquet into id arrays, in
+    OUT: a folder or a URL (s3://bucket/prefix: made locally, then uploaded)."""
+    from preprocess.text import convert_text
+    from preprocess.text_sources import TextOptions
+
+    if len(sources) < 2:
+        raise click.UsageError("give at least one SRC and then OUT")
+    *srcs, out = sources
+    options = make_output_options(out, **output)
+    with open_engine(engine, workers, address) as runner:
+        progress = Progress(None, "doc")
+        try:
+            result = convert_text([Path(s) for s in srcs], options, tokenizer,
+                                  TextOptions(field, doc_per_file), append_eos=append_eos,
+                                  eos_token=eos_token, engine=runner,
+                                  progress=progress.update_to)
+        finally:
+            progress.close()
+    tokens = result.extra["tokens_this_run"]
+    _report(result, "documents", f"{tokens:,} tokens, "
+            f"{tokens / max(result.seconds, 1e-9):,.0f} tokens/s")
+
+
+def _resumed_inputs(result: Any) -> int:
+    return sum(s.rows for s in result.manifest.shards[:result.resumed_shards])
+
+
+def _report(result: Any, noun: str, rate: str) -> None:
+    from preprocess.reject_limit import reject_share
+
+    m, rejected = result.manifest, len(result.rejects)
+    resumed = f", {result.resumed_shards} kept from the interrupted run" if \
+        result.resumed_shards else ""
+    click.echo(f"converted {m.num_samples:,} {noun} of {result.inputs:,} inputs ({rejected:,} "
+               f"rejected, {reject_share(rejected, result.inputs)}) into {len(m.shards)} shards "
+               f"({format_size(m.total_bytes)}) in {result.seconds:.1f} s, {rate}{resumed}")
+    if result.rejects:
+        click.echo(f"rejected {len(result.rejects):,} inputs, listed with reasons in "
+                   f"{join(result.out, 'rejects.jsonl')}")

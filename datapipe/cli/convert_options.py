@@ -1,0 +1,80 @@
+"""The options both `datapipe convert` commands take: where and how shards are written, and
+which engine does the work."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from datapipe.cli.common import add_options
+
+
+def output_options(func: Callable[..., Any]) -> Any:
+    return add_options(func, [
+        click.option("--format", "shard_format", type=click.Choice(["arrow", "msgpack"]),
+                     default="arrow", show_default=True, help="Shard file format."),
+        click.option("--shard-size", default="256MB", show_default=True,
+                     help="Target shard size; samples are never split across shards."),
+        click.option("--overwrite", is_flag=True, help="Replace a dataset already in OUT."),
+        click.option("--strict", is_flag=True,
+                     help="Fail on the first bad input instead of listing it in rejects.jsonl."),
+        click.option("--max-rejects", default=None, metavar="N|FRACTION",
+                     help="Fail the run (exit 1) when more inputs than this are rejected: a "
+                     "count, or a fraction of the inputs such as 0.01. What was converted is "
+                     "kept, not published as a dataset; the same command with a higher limit "
+                     "finishes it. A run that converts nothing always fails. [default: no "
+                     "limit]"),
+        click.option("--staging", type=click.Path(path_type=Path), default=None,
+                     help="For an OUT that is a URL (s3://bucket/prefix): the local folder "
+                     "shards are made in before upload [default: a folder per URL under "
+                     "$DATAPIPE_CACHE_DIR/staging, else ~/.cache/datapipe/staging]."),
+    ])
+
+
+def engine_options(func: Callable[..., Any]) -> Any:
+    return add_options(func, [
+        click.option("--workers", default=0, type=int,
+                     help="Processes (Ray: tasks at once); 0 = all cores (Ray: all the "
+                     "cluster's)."),
+        click.option("--engine", type=click.Choice(["local", "ray"]), default="local",
+                     show_default=True, help="Where the work runs: processes on this machine, "
+                     "or tasks on a Ray cluster (needs: pip install 'datapipe[ray]'). The "
+                     "output is the same."),
+        click.option("--address", default=None, metavar="ADDR",
+                     help="With --engine ray: the cluster (HOST:PORT, ray://HOST:PORT or auto; "
+                     "default: RAY_ADDRESS, else a Ray instance started on this machine)."),
+    ])
+
+
+@contextlib.contextmanager
+def open_engine(name: str, workers: int, address: str | None) -> Iterator[Any]:
+    """The engine the options name, given back however the command ends."""
+    from datapipe.system import available_cores
+    from preprocess.engine import make_engine
+
+    if workers < 0:
+        raise click.BadParameter(f"must be >= 0, got {workers}", param_hint="--workers")
+    # 0 workers: every core here, or every CPU of the Ray cluster.
+    engine = make_engine(name, workers or (available_cores() if name == "local" else 0),
+                         address)
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def make_output_options(out: str, shard_format: str, shard_size: str, overwrite: bool,
+                        strict: bool, staging: Path | None, max_rejects: str | None) -> Any:
+    """The converters' OutputOptions from the values of `output_options`."""
+    from datapipe.format.remote import is_url, local_path
+    from preprocess.output import OutputOptions, parse_size
+    from preprocess.reject_limit import RejectLimit
+
+    limit = None if max_rejects is None else RejectLimit.parse(max_rejects)
+    return OutputOptions(out=out if is_url(out) else local_path(out), shard_format=shard_format,
+                         shard_size=parse_size(shard_size), overwrite=overwrite, strict=strict,
+                         staging=staging, max_rejects=limit)
