@@ -48,8 +48,10 @@ def convert() -> None:
 
 
 def _output_options(func: Any) -> Any:
+    from datapipe.format.shard_formats import FORMAT_NAMES
+
     options = [
-        click.option("--format", "shard_format", type=click.Choice(["arrow", "msgpack"]),
+        click.option("--format", "shard_format", type=click.Choice(FORMAT_NAMES),
                      default="arrow", show_default=True, help="Shard file format."),
         click.option("--shard-size", default="256MB", show_default=True,
                      help="Target shard size; samples are never split across shards."),
