@@ -1,7 +1,8 @@
 """The project's import graph, read from the source with `ast` (nothing is imported).
 
 Every import statement of a module counts, wherever it stands (a function-level import runs
-too, only later), relative ones resolved against the module's package. An import names the
+too, only later), relative ones resolved against the module's package, and so does
+`importlib.import_module("name")` with the name written out. An import names the
 most specific project module it reaches: `from a.b import c` is an edge to `a.b.c` when that
 is a module, else to `a.b`. Parent packages (whose `__init__` also runs) are not edges: every
 module would then depend on its package's `__init__`, which imports its children.
@@ -68,11 +69,24 @@ def _project_imports(tree: ast.AST, name: str, is_package: bool, modules: dict[s
             base = _absolute(node.module, node.level, package)
             targets = [_most_specific(f"{base}.{alias.name}", base, modules)
                        for alias in node.names]
+        elif _is_import_module(node):
+            targets = [node.args[0].value]
         else:
             continue
         for target in dict.fromkeys(targets):
             if target.split(".")[0] in tops and target != name:
                 yield Import(name, target, node.lineno)
+
+
+def _is_import_module(node: ast.AST) -> bool:
+    """`importlib.import_module("a.b")` or `import_module("a.b")`: a name written out."""
+    if not isinstance(node, ast.Call) or not node.args or len(node.args) > 1:
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    first = node.args[0]
+    return (name == "import_module" and isinstance(first, ast.Constant)
+            and isinstance(first.value, str) and not first.value.startswith("."))
 
 
 def _absolute(module: str | None, level: int, package: str) -> str:
@@ -93,14 +107,23 @@ def edges(modules: dict[str, Module]) -> dict[str, set[str]]:
             for name, m in modules.items()}
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One shortest cycle through each strongly connected group of modules, as the modules in
-    import order with the first repeated at the end; sorted so a report is stable."""
-    found = []
-    for group in _strongly_connected(graph):
-        if len(group) > 1:
-            found.append(_shortest_cycle(min(group), graph, group))
-    return sorted(found)
+@dataclass(frozen=True)
+class Cycle:
+    """Modules that import each other, directly or not, and one shortest way round them."""
+
+    modules: frozenset[str]
+    example: tuple[str, ...]  # in import order, the first repeated at the end
+
+    def __str__(self) -> str:
+        return " -> ".join(self.example)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[Cycle]:
+    """Every group of modules that import each other (a strongly connected group of more than
+    one), with a shortest cycle through its first module; sorted, so a report is stable."""
+    found = [Cycle(frozenset(group), tuple(_shortest_cycle(min(group), graph, group)))
+             for group in _strongly_connected(graph) if len(group) > 1]
+    return sorted(found, key=lambda c: c.example)
 
 
 def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
