@@ -16,14 +16,14 @@ import os
 import queue
 import signal
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from multiprocessing import connection
 from multiprocessing.connection import Connection
 from multiprocessing.pool import ExceptionWithTraceback  # type: ignore[attr-defined]
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from datapipe.errors import DatapipeError
+from preprocess.engine_base import SINGLE_THREADED, Engine
 from preprocess.ray_engine import RayEngine
 
 C = TypeVar("C")
@@ -34,37 +34,6 @@ ENGINES = ("local", "ray")
 # Tasks in flight per worker: enough that no worker waits for the next, few enough that results
 # held for ordering (and documents read ahead) stay a small multiple of one task's.
 TASKS_AHEAD_PER_WORKER = 4
-
-
-class Engine(Protocol):
-    workers: int
-    max_task_inputs: int  # most inputs (images) worth putting in one task
-
-    def map_ordered(self, work: Callable[[C, T], R], context: C,
-                    tasks: Iterable[T]) -> Iterator[R]:
-        """`work(context, task)` for every task, yielded in task order."""
-
-    def close(self) -> None:
-        """Give back the engine's workers."""
-
-
-def ordered_window(submit: Callable[[T], Any], wait: Callable[[Any], R], tasks: Iterable[T],
-                   ahead: int) -> Iterator[R]:
-    """Submit up to `ahead` tasks beyond the one awaited, yield their results in order.
-
-    Bounded, unlike Pool.imap: a converter that streams its inputs (text) never reads far ahead
-    of what the workers have done."""
-    pending: deque[Any] = deque()
-    for task in tasks:
-        pending.append(submit(task))
-        if len(pending) > ahead:
-            yield wait(pending.popleft())
-    while pending:
-        yield wait(pending.popleft())
-
-
-# One worker per core: a tokenizer's own thread pool would only oversubscribe them.
-SINGLE_THREADED = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 # Tasks queued in each worker's pipe beyond the one it runs: it never waits for the next.
 QUEUED_PER_WORKER = 2
 

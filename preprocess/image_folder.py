@@ -28,7 +28,7 @@ from pathlib import Path
 
 from datapipe.errors import ArgumentError
 from preprocess.filesystems import special_devices
-from preprocess.image_sources import ImageItem, ImageSource
+from preprocess.image_inputs import ImageItem, ImageSource
 from preprocess.input_files import is_datapipe_output
 
 HIDDEN = "hidden (name starts with '.'): not read"

@@ -13,21 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.errors import ArgumentError, DataError
+from preprocess.image_folder import scan_image_folder
+from preprocess.image_inputs import ImageItem, ImageSource
 from preprocess.input_files import TEXT_ENCODING, require_regular_file, split_lines
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
                   ".pgm", ".jfif"}
 RESERVED_COLUMNS = {"image", "label", "height", "width", "path"}
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-
-
-@dataclass(frozen=True)
-class ImageItem:
-    path: Path      # absolute
-    source: str     # as the user knows it: relative to SRC
-    label: int
-    extras: tuple[Any, ...] = ()
-    problem: str | None = None  # why it cannot be converted, when known before reading it
 
 
 @dataclass(frozen=True)
@@ -46,13 +39,6 @@ class BadLine:
     reason: str
 
 
-@dataclass(frozen=True)
-class ImageSource:
-    items: tuple[ImageItem, ...]
-    classes: tuple[str, ...] | None
-    extra_columns: tuple[tuple[str, str], ...]  # (name, column type)
-
-
 def list_images(src: Path, leave_out: Path | None = None) -> ImageSource:
     """The inputs SRC names; `leave_out` (OUT) is never one of them."""
     try:
@@ -62,8 +48,6 @@ def list_images(src: Path, leave_out: Path | None = None) -> ImageSource:
     except OSError as exc:  # a name too long, a loop of links
         raise ArgumentError(f"SRC {src}: {exc.strerror or exc}") from None
     if is_dir:
-        from preprocess.image_folder import scan_image_folder  # builds on this module's types
-
         return scan_image_folder(src, leave_out)
     if src.suffix.lower() not in (".csv", ".jsonl", ".ndjson"):
         raise ArgumentError(f"SRC {src}: expected a directory (SRC/<class>/<file>) or a "

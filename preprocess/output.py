@@ -22,9 +22,10 @@ from typing import Any
 
 from datapipe import sizes
 from datapipe.errors import ArgumentError, DataError, DatapipeError
-from datapipe.format.manifest import MANIFEST_NAME, SHARD_FORMATS, Manifest, write_atomic
+from datapipe.format.manifest import MANIFEST_NAME, Manifest, write_atomic
 from datapipe.format.remote import is_url
 from datapipe.format.schema import Column
+from datapipe.format.shard_formats import FORMAT_NAMES
 from datapipe.format.writer import ShardSetWriter, rows_nbytes
 from preprocess.output_lock import LOCK_NAME, OutputLock
 from preprocess.reject_limit import RejectLimit, reject_share
@@ -54,8 +55,8 @@ class OutputOptions:
         if self.max_rejects is not None and not isinstance(self.max_rejects, RejectLimit):
             raise ArgumentError(f"--max-rejects: expected a RejectLimit, got "
                                 f"{self.max_rejects!r}")
-        if self.shard_format not in SHARD_FORMATS:
-            raise ArgumentError(f"--format: {self.shard_format!r} is not one of {SHARD_FORMATS}")
+        if self.shard_format not in FORMAT_NAMES:
+            raise ArgumentError(f"--format: {self.shard_format!r} is not one of {FORMAT_NAMES}")
         if self.shard_size < 1:
             raise ArgumentError(f"--shard-size: must be positive, got {self.shard_size}")
 

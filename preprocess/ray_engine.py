@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from datapipe.errors import ArgumentError, DatapipeError
+from preprocess.engine_base import SINGLE_THREADED, ordered_window
 
 C = TypeVar("C")
 T = TypeVar("T")
@@ -63,8 +64,6 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 
 
 def _run_task(work: Callable[[C, T], R], context: C, task: T) -> R:
-    from preprocess.engine import SINGLE_THREADED
-
     # One task per CPU Ray granted: a tokenizer's own thread pool would oversubscribe the node.
     os.environ.update(SINGLE_THREADED)
     return work(context, task)
@@ -99,8 +98,6 @@ class RayEngine:
 
     def map_ordered(self, work: Callable[[C, T], R], context: C,
                     tasks: Iterable[T]) -> Iterator[R]:
-        from preprocess.engine import ordered_window
-
         context_ref = self.ray.put(context)
         yield from ordered_window(lambda task: self._remote.remote(work, context_ref, task),
                                   self._result, tasks, self.workers * TASKS_AHEAD_PER_CPU)

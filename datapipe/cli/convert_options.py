@@ -14,8 +14,10 @@ from datapipe.cli.common import add_options
 
 
 def output_options(func: Callable[..., Any]) -> Any:
+    from datapipe.format.shard_formats import FORMAT_NAMES
+
     return add_options(func, [
-        click.option("--format", "shard_format", type=click.Choice(["arrow", "msgpack"]),
+        click.option("--format", "shard_format", type=click.Choice(FORMAT_NAMES),
                      default="arrow", show_default=True, help="Shard file format."),
         click.option("--shard-size", default="256MB", show_default=True,
                      help="Target shard size; samples are never split across shards."),

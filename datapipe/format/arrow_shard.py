@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from datapipe.errors import DataError
 from datapipe.format.schema import Column
-from datapipe.format.shard_reader import ShardReader
+from datapipe.format.shard_reader import ShardReader, stored_type_problem
 
 # Large (64-bit offset) types: a shard never hits the 2 GiB limit of 32-bit offsets.
 _SCALAR_ARROW = {"int32": pa.int32(), "int64": pa.int64(), "float64": pa.float64()}
@@ -94,10 +94,9 @@ class ArrowShardReader(ShardReader):
         for name, col in self.columns.items():
             if name not in table.column_names:
                 raise DataError(f"{self.where}: shard lacks column {name!r}")
-            if table.schema.field(name).type != arrow_type(col):  # else misread as another
-                raise self.corrupt_shard(f"column {name!r} is stored as "
-                                         f"{table.schema.field(name).type}, the manifest says "
-                                         f"{col.type}")
+            problem = stored_type_problem(col, table.schema.field(name).type, arrow_type(col))
+            if problem:
+                raise self.corrupt_shard(problem)
         self._check_structure(batches)
         self._table = table
         self.num_rows = table.num_rows
@@ -174,6 +173,32 @@ class ArrowShardReader(ShardReader):
         self._payloads.clear()
         self._table = None
         self._source.close()
+
+
+def read_scalars(file: Any, size: int, columns: tuple[Column, ...],
+                 names: list[str]) -> dict[str, np.ndarray]:
+    """The scalar columns `names` of the shard in `file` (a random-access file of `size`
+    bytes), reading their buffers alone (see scalar_index.py)."""
+    fields = [i for i, c in enumerate(columns) if c.name in names]  # storage order
+    options = pa.ipc.IpcReadOptions(included_fields=fields)
+    reader = pa.ipc.open_file(file, options=options)
+    for name in names:
+        column = next(c for c in columns if c.name == name)
+        problem = stored_type_problem(column, str(reader.schema.field(name).type),
+                                      str(arrow_type(column)))
+        if problem:
+            raise ValueError(problem)
+    batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    out = {}
+    for name in names:
+        dtype = next(c for c in columns if c.name == name).numpy_dtype
+        chunks = []
+        for batch in batches:
+            array = batch.column(name)  # KeyError: a shard without the column
+            chunks.append(np.frombuffer(array.buffers()[1], dtype=dtype,
+                                        count=len(array) + array.offset)[array.offset:])
+        out[name] = np.concatenate(chunks) if chunks else np.empty(0, dtype=dtype)
+    return out
 
 
 def _payload_views(array: pa.Array, col: Column) -> tuple[np.ndarray, np.ndarray]:

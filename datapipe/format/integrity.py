@@ -17,7 +17,8 @@ import numpy as np
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.hashing import hash_file
 from datapipe.format.manifest import Manifest, ShardInfo
-from datapipe.format.shard_reader import ShardReader, open_shard
+from datapipe.format.shard_formats import open_shard
+from datapipe.format.shard_reader import ShardReader
 
 VERIFY_MODES = ("cheap", "open")
 MAX_JPEG_SIDE = 65535  # a JPEG header cannot state a larger width or height

@@ -16,12 +16,11 @@ from datapipe.errors import DataError
 from datapipe.format.hashing import HASH_ALGORITHM, is_hash
 from datapipe.format.names import check_file_name
 from datapipe.format.schema import Column
+from datapipe.format.shard_formats import FORMAT_NAMES
 
 FORMAT_NAME = "datapipe-shards"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
-SHARD_FORMATS = ("arrow", "msgpack")
-SHARD_SUFFIX = {"arrow": ".arrow", "msgpack": ".msgpack"}
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,7 @@ class Manifest:
     version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
-        if self.shard_format not in SHARD_FORMATS:
+        if self.shard_format not in FORMAT_NAMES:
             raise DataError(f"unknown shard format {self.shard_format!r}")
 
     @property

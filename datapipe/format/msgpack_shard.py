@@ -18,7 +18,7 @@ import numpy as np
 
 from datapipe.errors import DataError
 from datapipe.format.schema import Column
-from datapipe.format.shard_reader import ShardReader
+from datapipe.format.shard_reader import ShardReader, stored_type_problem
 
 MAGIC = b"DPMSGPK1"
 _TAIL = struct.Struct("<Q")
@@ -102,10 +102,11 @@ class MsgpackShardReader(ShardReader):
             raise DataError(f"{self.where}: shard lacks columns {missing} or its index is damaged")
         for stored_column in footer["columns"]:
             column = self.columns.get(stored_column["name"])
-            if column is not None and stored_column["type"] != column.type:
-                raise self.corrupt_shard(f"column {column.name!r} is stored as "
-                                         f"{stored_column['type']}, the manifest says "
-                                         f"{column.type}")
+            if column is None:
+                continue
+            problem = stored_type_problem(column, stored_column["type"], column.type)
+            if problem:
+                raise self.corrupt_shard(problem)
         self._check_offsets(footer_start)
         self._scalars: dict[str, np.ndarray] = {}
         for name, raw in footer["scalars"].items():
@@ -181,3 +182,29 @@ class MsgpackShardReader(ShardReader):
         self._scalars.clear()
         self._offsets = np.empty(0, dtype="<u8")
         self._map.close()
+
+
+def read_scalars(file: Any, size: int, columns: tuple[Column, ...],
+                 names: list[str]) -> dict[str, np.ndarray]:
+    """The scalar columns `names` of the shard in `file` (a random-access file of `size`
+    bytes), from its footer alone: two reads at the end of the file (see scalar_index.py)."""
+    tail = _TAIL.size + len(MAGIC)
+    end = file.read_at(tail, size - tail) if size >= tail else b""  # read_at gives bytes
+    if len(end) != tail or end[-len(MAGIC):] != MAGIC:
+        raise ValueError("bad magic")
+    (footer_len,) = _TAIL.unpack(end[:_TAIL.size])
+    if footer_len > size - tail - len(MAGIC):
+        raise ValueError("footer length past the start of the file")
+    try:
+        footer = msgpack.unpackb(file.read_at(footer_len, size - tail - footer_len), raw=False)
+    except msgpack.UnpackException as exc:  # not a ValueError, unlike its subclasses
+        raise ValueError(str(exc)) from None
+    stored = {c["name"]: c["type"] for c in footer["columns"]}
+    for column in columns:
+        if column.name in names:
+            problem = stored_type_problem(column, stored[column.name], column.type)
+            if problem:
+                raise ValueError(problem)
+    return {name: np.frombuffer(footer["scalars"][name],
+                                dtype=next(c for c in columns if c.name == name).numpy_dtype)
+            for name in names}

@@ -16,17 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import numpy as np
-import pyarrow as pa
 
 from datapipe.errors import DataError
-from datapipe.format.arrow_shard import arrow_type
 from datapipe.format.cache import exclusive_lock
 from datapipe.format.integrity import check_shard_values
 from datapipe.format.manifest import Manifest, ShardInfo
-from datapipe.format.msgpack_shard import _TAIL, MAGIC
 from datapipe.format.schema import Column
+from datapipe.format.shard_formats import get_format
 from datapipe.format.shard_reader import ShardReader
 
 _PARALLEL_READS = 16  # range requests are latency-bound: overlap them
@@ -101,11 +98,10 @@ def _shard_scalars(source: Any, manifest: Manifest, k: int, first_sample: int,
         if size != info.bytes:
             raise DataError(f"{where}: size {size} bytes, manifest says {info.bytes}; the "
                             f"shard is corrupt or was replaced (run `datapipe verify {dataset}`)")
-        read = _arrow_scalars if manifest.shard_format == "arrow" else _msgpack_scalars
+        read_scalars = get_format(manifest.shard_format).codec.read_scalars
         try:
-            columns = read(file, size, manifest.columns, names)
-        except (pa.ArrowInvalid, OSError, ValueError, KeyError, TypeError,
-                msgpack.UnpackException) as exc:
+            columns = read_scalars(file, size, manifest.columns, names)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise DataError(f"{where}: damaged shard index ({exc}) (a corrupt shard? run "
                             f"`datapipe verify {dataset}`)") from None
     finally:
@@ -117,53 +113,6 @@ def _shard_scalars(source: Any, manifest: Manifest, k: int, first_sample: int,
     check_shard_values(_Scalars(where, dataset, manifest.columns, columns, first_sample),
                        manifest)
     return columns
-
-
-def _arrow_scalars(file: Any, size: int, columns: tuple[Column, ...],
-                   names: list[str]) -> dict[str, np.ndarray]:
-    fields = [i for i, c in enumerate(columns) if c.name in names]  # storage order
-    options = pa.ipc.IpcReadOptions(included_fields=fields)
-    reader = pa.ipc.open_file(file, options=options)
-    for name in names:
-        column = next(c for c in columns if c.name == name)
-        _check_type(column, str(reader.schema.field(name).type), str(arrow_type(column)))
-    batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-    out = {}
-    for name in names:
-        dtype = next(c for c in columns if c.name == name).numpy_dtype
-        chunks = []
-        for batch in batches:
-            array = batch.column(name)  # KeyError: a shard without the column
-            chunks.append(np.frombuffer(array.buffers()[1], dtype=dtype,
-                                        count=len(array) + array.offset)[array.offset:])
-        out[name] = np.concatenate(chunks) if chunks else np.empty(0, dtype=dtype)
-    return out
-
-
-def _msgpack_scalars(file: Any, size: int, columns: tuple[Column, ...],
-                     names: list[str]) -> dict[str, np.ndarray]:
-    tail = _TAIL.size + len(MAGIC)
-    end = file.read_at(tail, size - tail) if size >= tail else b""  # read_at gives bytes
-    if len(end) != tail or end[-len(MAGIC):] != MAGIC:
-        raise ValueError("bad magic")
-    (footer_len,) = _TAIL.unpack(end[:_TAIL.size])
-    if footer_len > size - tail - len(MAGIC):
-        raise ValueError("footer length past the start of the file")
-    footer = msgpack.unpackb(file.read_at(footer_len, size - tail - footer_len), raw=False)
-    stored = {c["name"]: c["type"] for c in footer["columns"]}
-    for column in columns:
-        if column.name in names:
-            _check_type(column, stored[column.name], column.type)
-    return {name: np.frombuffer(footer["scalars"][name],
-                                dtype=next(c for c in columns if c.name == name).numpy_dtype)
-            for name in names}
-
-
-def _check_type(column: Column, stored: str, expected: str) -> None:
-    """As the shard readers check it: a column of another type would be misread."""
-    if stored != expected:
-        raise ValueError(f"column {column.name!r} is stored as {stored}, the manifest says "
-                         f"{column.type}")
 
 
 class _Scalars(ShardReader):

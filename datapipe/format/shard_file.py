@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Protocol
 
-from datapipe.errors import DataError
 from datapipe.format.hashing import HashingWriter
 from datapipe.format.schema import Column
-
-
-class ShardStream(Protocol):
-    """A shard format's writer: rows appended in chunks, then the closing bytes."""
-
-    def append(self, data: dict[str, list]) -> None: ...
-
-    def finish(self) -> None: ...
+from datapipe.format.shard_formats import get_format
+from datapipe.format.shard_stream import ShardStream
 
 
 class ShardFile:
@@ -24,16 +16,11 @@ class ShardFile:
     is on disk (and hashed) while its last rows are still being made; `finish` fsyncs it."""
 
     def __init__(self, path: str | Path, shard_format: str, columns: tuple[Column, ...]) -> None:
-        if shard_format == "arrow":
-            from datapipe.format.arrow_shard import ArrowShardStream as Stream
-        elif shard_format == "msgpack":
-            from datapipe.format.msgpack_shard import MsgpackShardStream as Stream
-        else:
-            raise DataError(f"{path}: unknown shard format {shard_format!r}")
+        stream = get_format(shard_format, path).codec.stream
         self._file = open(path, "wb")  # noqa: SIM115 - closed by finish() or abandon()
         self._sink = HashingWriter(self._file)
         try:
-            self._stream: ShardStream = Stream(self._sink, columns)
+            self._stream: ShardStream = stream(self._sink, columns)
         except BaseException:
             self._file.close()
             raise

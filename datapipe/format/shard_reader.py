@@ -1,4 +1,5 @@
-"""The one interface both shard readers implement: random access, payloads read zero-copy."""
+"""The one interface both shard readers implement: random access, payloads read zero-copy.
+The formats and how to open a shard of each are in shard_formats.py."""
 
 from __future__ import annotations
 
@@ -79,17 +80,10 @@ def verify_hint(dataset: str) -> str:
     return f"(a corrupt shard? run `datapipe verify {dataset}`)"
 
 
-def open_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...],
-               first_sample: int = 0, where: str | None = None,
-               dataset: str | None = None) -> ShardReader:
-    """Map a shard and check its structure (offsets in range and monotonic). `where` and
-    `dataset` name the shard and its dataset in errors (default: the path and its folder)."""
-    if shard_format == "arrow":
-        from datapipe.format.arrow_shard import ArrowShardReader
 
-        return ArrowShardReader(path, columns, first_sample, where, dataset)
-    if shard_format == "msgpack":
-        from datapipe.format.msgpack_shard import MsgpackShardReader
-
-        return MsgpackShardReader(path, columns, first_sample, where, dataset)
-    raise DataError(f"{path}: unknown shard format {shard_format!r}")
+def stored_type_problem(column: Column, stored: object, expected: object) -> str | None:
+    """Why a column stored as `stored` cannot be read as the manifest's `column` (whose type
+    is `expected` in the format's own terms): it would be misread as another type."""
+    if stored == expected:
+        return None
+    return f"column {column.name!r} is stored as {stored}, the manifest says {column.type}"

@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.format.manifest import SHARD_SUFFIX, ShardInfo
+from datapipe.format.manifest import ShardInfo
 from datapipe.format.schema import Column
 from datapipe.format.shard_file import ShardFile
+from datapipe.format.shard_formats import get_format
 
 SCALAR_NBYTES = 8
 # Rows go to the shard file in chunks of about this size (an Arrow record batch each): the
@@ -24,7 +25,7 @@ CHUNK_BYTES = 32 << 20
 
 
 def shard_name(index: int, shard_format: str) -> str:
-    return f"shard-{index:05d}{SHARD_SUFFIX[shard_format]}"
+    return f"shard-{index:05d}{get_format(shard_format).suffix}"
 
 
 def sample_nbytes(columns: tuple[Column, ...], sample: dict[str, Any]) -> int:

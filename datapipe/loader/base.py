@@ -51,7 +51,7 @@ class LoaderBase:
     `_pass_batches()`, which begins with `_begin_epoch()`."""
 
     _producer: Any = None
-    _prefetcher: Any = None  # downloads a remote dataset's next shards (format/prefetch.py)
+    _prefetcher: Any = None  # downloads a remote dataset's next shards (prefetch.py)
     _prefetch_position: LoaderPosition | None = None  # what its process was forked with
     # The DataLoader attributes frameworks read. Lightning calls `sampler.set_epoch` and, having
     # found a sampler, reads `batch_sampler` too. No `dataset` attribute on purpose: Lightning
@@ -200,7 +200,7 @@ class LoaderBase:
             location = getattr(self, "path", None)
             if not isinstance(location, RemoteLocation):
                 return
-            from datapipe.format.prefetch import ShardPrefetcher
+            from datapipe.loader.prefetch import ShardPrefetcher
 
             self._prefetcher = ShardPrefetcher(location, self._plan)
             self._prefetch_position = copy.copy(self._position)

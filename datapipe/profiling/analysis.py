@@ -14,7 +14,7 @@ import numpy as np
 
 from datapipe.profiling.batch_report import EMPTY, INLINE, READY, BatchReport, read_report
 from datapipe.profiling.blame import critical_path, top_stage, worker_parallelism
-from datapipe.profiling.recorder import Recording, StepRecord
+from datapipe.profiling.recording import Recording, StepRecord
 from datapipe.profiling.settings import ProfileSettings
 from datapipe.profiling.verdict import oracle_agreement, verdict
 

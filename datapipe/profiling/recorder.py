@@ -9,47 +9,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from datapipe.profiling.gpu import (
     DeviceClock,
     DeviceTimeline,
-    DeviceTimes,
     UtilizationSampler,
     cuda_clock,
 )
 from datapipe.profiling.probes import double_batch
+from datapipe.profiling.recording import Recording, StepRecord
 from datapipe.profiling.settings import ProfileSettings
 
 DETECT_REQUESTS = 3  # CUDA use is looked for at the first requests (a model may move late)
-
-
-@dataclass
-class StepRecord:
-    index: int
-    kind: str                 # "normal", "oracle" (replayed batch) or "scaled" (2x batch)
-    start: float              # when the loop asked for the batch
-    wait: float               # seconds blocked in the loader
-    end: float | None = None  # when the step finished (prof.step(), or the next request)
-    loader: dict[str, Any] | None = None
-    device: DeviceTimes | None = None  # the step on the device, where its marks were read
-
-
-@dataclass
-class Recording:
-    """Everything measured, in a form the analysis reads."""
-
-    steps: list[StepRecord] = field(default_factory=list)
-    source: str = ""
-    started: float = 0.0
-    stopped: float = 0.0
-    loader_started: float | None = None
-    notes: list[str] = field(default_factory=list)
-    gpu_utilization: list[float] | None = None
-    device_clock: str | None = None   # what timed the device (None: host-side waiting only)
-    device_origin: float | None = None  # host time of the first device mark
-    incomplete: str | None = None     # why the run ended early, when it did
 
 
 class Profiler:

@@ -1,0 +1,13 @@
+"""The one interface both shard writers implement: rows appended in chunks, then the end."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class ShardStream(Protocol):
+    """A shard format's writer: rows appended in chunks, then the closing bytes."""
+
+    def append(self, data: dict[str, list]) -> None: ...
+
+    def finish(self) -> None: ...
