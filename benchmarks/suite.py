@@ -154,7 +154,23 @@ def text_panels(data: dict[str, Any]) -> list[Panel]:
     return [Panel("text", "Token loading", "real tokens/s",
                   entries(data["outcomes"], labels,
                           lambda _, r: r["real_tokens"] / r["epoch_s"], ours.__contains__),
-                  "packed", "datasets-w2", job=job)]
+                  "packed", "datasets-w2", job=job), *planning_panels(data)]
+
+
+def planning_panels(data: dict[str, Any]) -> list[Panel]:
+    """TokenLoader's epoch planning per million batches at each token budget: flat when it is
+    linear in the batches. The answer leads with the budget that gives the most batches."""
+    rows = sorted(data.get("planning") or [], key=lambda row: -row["batches"])
+    if not rows:
+        return []
+    planned = [Entry(f"plan-{r['max_tokens']}",
+                     f"max_tokens {r['max_tokens']:,} ({r['batches']:,} batches)", "ok",
+                     [s / max(1, r["batches"]) * 1e6 for s in r["runs_s"]], ours=True)
+               for r in rows]
+    return [Panel("text-planning", "TokenLoader epoch planning", "s per 1M batches", planned,
+                  planned[0].name, higher_is_better=False,
+                  job="packed, one rank: `len()` of an epoch not planned before, the suite's "
+                  "corpus at each token budget.")]
 
 
 def convert_panels(data: dict[str, Any]) -> list[Panel]:

@@ -146,8 +146,11 @@ def panel_markdown(panel: Panel, chart: str | None, level: int = 3) -> str:
     parts = [f"{'#' * level} {panel.title}", "", f"**{answer(panel)}.**", ""]
     if panel.job:
         parts += [panel.job, ""]
-    parts.append(markdown_table(["tool", f"{panel.unit} (median){better}", "min–max",
-                                 "runs", versus], rows(panel)))
+    header = ["tool", f"{panel.unit} (median){better}", "min–max", "runs", versus]
+    table = rows(panel)
+    if all(e.ours for e in panel.entries):  # settings of datapipe alone: no tool to divide by
+        header, table = header[:-1], [row[:-1] for row in table]
+    parts.append(markdown_table(header, table))
     if chart:
         parts += ["", f"![{panel.title}]({chart})"]
     return "\n".join(parts)
