@@ -109,6 +109,12 @@ class Loader(LoaderBase):
         self._feed = DeviceFeed(self.device, pin=("image",), record_stages=True)
         self._producer = self._make_producer(persistent, prefetch)
         self.skipped: list[tuple[int, str]] = []
+        if drop_last and self._largest_batch() < batch_size:
+            # torch's DataLoader gives an empty epoch here without a word; a training loop
+            # then silently trains on nothing.
+            warnings.warn(f"{self.path}: drop_last=True drops every batch: this rank's share "
+                          f"of an epoch is {self._largest_batch()} samples, fewer than "
+                          f"batch_size={batch_size}", RuntimeWarning, stacklevel=2)
 
     @staticmethod
     def _check_dataset(ds: Dataset) -> None:

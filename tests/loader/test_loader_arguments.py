@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -119,3 +120,17 @@ def test_an_empty_text_dataset_is_refused(corpus: Path, tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"^.*empty: the dataset is empty, 0 samples$"):
         dp.TokenLoader(empty, max_tokens=64, num_workers=0)
     assert json.loads((empty / "manifest.json").read_text())["shards"] == []
+
+
+@pytest.mark.parametrize("world_size, batch_size, warns", [(1, 9, True), (1, 8, False),
+                                                            (2, 5, True), (2, 4, False)])
+def test_drop_last_that_drops_every_batch_says_so(shards: Path, world_size: int,
+                                                  batch_size: int, warns: bool) -> None:
+    """8 samples: a rank whose share is under batch_size gets no batch at all with drop_last."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = dp.Loader(shards, batch_size=batch_size, drop_last=True, num_workers=0,
+                           transform=CROP, rank=world_size - 1, world_size=world_size)
+        batches = sum(1 for _ in loader)
+    said = [w for w in caught if "drop_last=True drops every batch" in str(w.message)]
+    assert (batches == 0) == warns == bool(said), (batches, said)
