@@ -11,6 +11,7 @@ from typing import Any
 
 from datapipe.errors import ArgumentError, DataError, DatapipeError
 from datapipe.format import Dataset, Manifest
+from datapipe.pass_hooks import set_pass_wrapper
 
 __version__ = "0.1.0"
 
@@ -19,6 +20,18 @@ __version__ = "0.1.0"
 _LAZY = {"Loader": "datapipe.loader", "TokenLoader": "datapipe.loader",
          "WorkerError": "datapipe.loader",
          "image": "datapipe.image", "cli": "datapipe.cli", "profile": "datapipe.profiling"}
+
+
+def _profiled_pass(loader: Any) -> Any:
+    """A loader's pass through the process-wide profiler when `datapipe profile` runs the
+    script (DATAPIPE_PROFILE is set); None otherwise, and the loader iterates on its own."""
+    from datapipe.profiling.auto import auto_profiler
+
+    profiler = auto_profiler()
+    return profiler.wrap(loader) if profiler is not None else None
+
+
+set_pass_wrapper(_profiled_pass)
 
 
 def __getattr__(name: str) -> Any:

@@ -27,7 +27,7 @@ CONVERT_COMMAND = "datapipe.cli"  # the one part of datapipe that runs the conve
 # converters sit right above the format they write: datapipe.format and the base modules are
 # all they use.
 LAYERS = (
-    ("base", ("datapipe.errors", "datapipe.sizes", "datapipe.system")),
+    ("base", ("datapipe.errors", "datapipe.sizes", "datapipe.system", "datapipe.pass_hooks")),
     ("format", ("datapipe.format.*",)),
     ("converters", ("preprocess.*",)),
     ("sampling", ("datapipe.sampling.*",)),
@@ -52,9 +52,6 @@ ALLOWED_CYCLES = {
 }
 ALLOWED_IMPORTS = {
     ("datapipe.bench", "benchmarks.suite"): _BENCH_SUITE,
-    ("datapipe.loader.base", "datapipe.profiling.auto"):
-        "a loader asks at each pass whether `datapipe profile` switched profiling on for this "
-        "process; the profiler has to hook in from above instead (issue 26)",
     ("preprocess.image_ops", "datapipe.image.cpu_decode"):
         "the converter reads JPEG sizes and pixels with the loaders' libjpeg-turbo extension; "
         "the decoder's binding belongs below both (issue 26)",

@@ -15,6 +15,7 @@ from datapipe.loader.distributed import check_group_unchanged
 from datapipe.loader.lifetime import close_at_exit
 from datapipe.loader.passes import OneThreadIterator, PassGuard
 from datapipe.loader.progress_state import LoaderPosition, make_state, restore_position
+from datapipe.pass_hooks import wrapped_pass
 from datapipe.sampling.elastic import Remainder, follow
 
 _CACHED_PLANS = 2  # the epoch under way and the next one, which workers start on early
@@ -90,11 +91,9 @@ class LoaderBase:
         self.fields = tuple(fields)
 
     def __iter__(self) -> Iterator[Any]:
-        from datapipe.profiling.auto import auto_profiler
-
-        profiler = auto_profiler()  # `datapipe profile -- python train.py` switches this on
-        batches = profiler.wrap(self) if profiler is not None else self._iterate()
-        return OneThreadIterator(batches, self._passes.owner)
+        batches = wrapped_pass(self)  # `datapipe profile -- python train.py` wraps every pass
+        return OneThreadIterator(batches if batches is not None else self._iterate(),
+                                 self._passes.owner)
 
     def _iterate(self) -> Iterator[Any]:
         """One pass: each batch as a dict, or as the tuple `fields` names."""
