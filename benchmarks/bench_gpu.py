@@ -64,7 +64,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_loader import BATCH, CROP, prepare_shards
 from benchmarks.common import (
     BENCH_DATA,
     announce_machine,
@@ -76,6 +75,7 @@ from benchmarks.common import (
     publish,
     timed,
 )
+from benchmarks.fixtures import BATCH, CROP, prepare_shards
 from benchmarks.runs import (
     BUSY_ELSEWHERE,
     Outcome,

@@ -44,7 +44,6 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_loader import CROP, prepare_shards
 from benchmarks.common import (
     BENCH_DATA,
     announce_machine,
@@ -60,6 +59,7 @@ from benchmarks.common import (
     tree_cpu_seconds,
     verdict,
 )
+from benchmarks.fixtures import CROP, prepare_shards
 from benchmarks.runs import (
     Outcome,
     Record,

@@ -48,6 +48,7 @@ from benchmarks.common import (
     timed,
     warm_page_cache,
 )
+from benchmarks.fixtures import ensure_corpus, ensure_photos, resolve_tokenizer
 
 KINDS = ("images", "text")
 GOAL_EFFICIENCY = 0.8
@@ -79,8 +80,6 @@ def parse_workers(text: str) -> list[int]:
 
 def ensure_jsonl_corpus(megabytes: int) -> Path:
     """bench_convert's corpus, a {"text": ...} object a line."""
-    from benchmarks.bench_convert import ensure_corpus
-
     corpus = ensure_corpus(megabytes)
 
     def build(into: Path) -> None:
@@ -286,8 +285,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def prepare(args: argparse.Namespace) -> tuple[dict[str, Path], list[str]]:
-    from benchmarks.bench_convert import ensure_photos
-
     inputs, described = {}, []
     if "images" in args.kinds:
         inputs["images"] = ensure_photos(args.photos, args.count)
@@ -295,8 +292,6 @@ def prepare(args: argparse.Namespace) -> tuple[dict[str, Path], list[str]]:
         described.append(f"{len(files)} photos in {inputs['images']}")
     args.tokenizer_spec = "bytes"
     if "text" in args.kinds:
-        from benchmarks.bench_text import resolve_tokenizer
-
         args.tokenizer_spec, args.tokenizer_name = resolve_tokenizer(args.tokenizer)
         corpus = ensure_jsonl_corpus(args.text_mb)
         inputs["text"] = corpus

@@ -42,13 +42,6 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 import numpy as np
 
-from benchmarks.bench_convert import (
-    CHILD_ENV,
-    TOKENIZER_DIST,
-    _sentence,
-    wordpiece_tokenizer,
-    zipf_cumulative,
-)
 from benchmarks.common import (
     BENCH_DATA,
     announce_machine,
@@ -61,6 +54,13 @@ from benchmarks.common import (
     timed,
     verdict,
     warm_page_cache,
+)
+from benchmarks.fixtures import (
+    CHILD_ENV,
+    TOKENIZER_DIST,
+    resolve_tokenizer,
+    sentence,
+    zipf_cumulative,
 )
 from benchmarks.runs import (
     Outcome,
@@ -100,7 +100,7 @@ def _document(rng: random.Random, cumulative: list[float]) -> str:
                                                                   SIGMA))))
     sentences, count = [], 0
     while count < words:
-        sentences.append(_sentence(rng, cumulative))
+        sentences.append(sentence(rng, cumulative))
         count += sentences[-1].count(" ") + 1
     return " ".join(" ".join(sentences).split(" ")[:words])
 
@@ -140,50 +140,6 @@ class Inputs:
     eos_id: int
     lengths: dict[str, float]
     prepare_s: dict[str, float]
-
-
-def resolve_tokenizer(spec: str) -> tuple[str, str]:
-    """(spec for `convert`, short name for paths and the report)."""
-    if spec == "bytes":
-        return "bytes", "bytes"
-    if spec == "wordpiece":
-        path = wordpiece_tokenizer()
-        if path is None:
-            raise SystemExit(f"--tokenizer wordpiece needs {TOKENIZER_DIST}: bash tools/setup.sh "
-                             "--bench, or pass --tokenizer bytes or a tokenizer.json")
-        return untruncated(path), "wordpiece"
-    path = Path(spec)
-    path = path / "tokenizer.json" if path.is_dir() else path
-    if not path.is_file():
-        raise SystemExit(f"--tokenizer {spec}: not 'bytes', 'wordpiece' nor a tokenizer.json")
-    return untruncated(path), f"hf-{_digest(path)}"
-
-
-def _digest(path: Path) -> str:
-    from datapipe.format.hashing import hash_file
-
-    return hash_file(path).split(":")[1][:12]
-
-
-def untruncated(path: Path) -> str:
-    """`path`, or a copy of it with truncation and padding switched off.
-
-    Tokenizers made for sentence embedding (all-MiniLM-L6-v2's included) truncate every text to
-    128 tokens and pad it to 128 with [PAD]; `convert text` keeps those settings, so every
-    document would come out exactly 128 tokens long: no length skew left to measure.
-    """
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(path))
-    if tokenizer.truncation is None and tokenizer.padding is None:
-        return str(path)
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    out = BENCH_DATA / "bench-text" / f"tokenizer-{_digest(path)}" / "tokenizer.json"
-    if not out.is_file():  # rewriting it would change nothing but its mtime
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tokenizer.save(str(out))
-    return str(out)
 
 
 def convert_datapipe(corpus: Path, tokenizer: str, out: Path) -> None:

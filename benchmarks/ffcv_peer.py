@@ -45,6 +45,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import REPO, run_child, timed
+from benchmarks.fixtures import CROP, RATIO, SCALE, list_photos
 from benchmarks.runs import Outcome, Record, initial_outcome, write_child_result
 
 if TYPE_CHECKING:
@@ -141,8 +142,6 @@ class PhotoFolder:
     """The photos as FFCV's DatasetWriter reads an indexed dataset: (RGB PIL image, label)."""
 
     def __init__(self, src: Path) -> None:
-        from benchmarks.bench_convert import list_photos
-
         self.items = list_photos(src)
 
     def __len__(self) -> int:
@@ -181,8 +180,6 @@ def ffcv_loader(job: Job) -> Any:
     from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
     from ffcv.loader import Loader, OrderOption
     from ffcv.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
-
-    from benchmarks.bench_loader import CROP, RATIO, SCALE
 
     decode = RandomResizedCropRGBImageDecoder((CROP, CROP), scale=SCALE, ratio=RATIO)
     pipelines = {"image": [decode, RandomHorizontalFlip(), ToTensor(), ToTorchImage()],

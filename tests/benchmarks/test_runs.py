@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from benchmarks import common, runs
-from benchmarks.bench_convert import WORDS, zipf_cumulative
+from benchmarks.fixtures import WORDS, zipf_cumulative
 from benchmarks.runs import Outcome
 
 # ---------------------------------------------------------------- formatting (common.py)
