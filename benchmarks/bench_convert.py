@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Conversion throughput, side by side on one machine and one input.
 
-    .venv/bin/python benchmarks/bench_convert.py [--photos DIR] [--repeats 3] [--skip litdata]
+    .venv/bin/python -m benchmarks.bench_convert [--photos DIR] [--repeats 3] [--skip litdata]
 
 Images: datapipe's `convert_images` against LitData's `optimize()` and a WebDataset tar writer
 fed by `multiprocessing.Pool.imap`, both running `plain_transform`, the decode + EXIF
@@ -35,9 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import (
     BENCH_DATA,
@@ -259,7 +255,7 @@ def child_main(name: str, job_json: str, result_file: Path) -> None:
 
 
 def run_once(peer: Peer, job: Job, run_dir: Path, fidelity: Fidelity | None) -> Record:
-    record = run_one(__file__, peer.name, job, run_dir, CHILD_ENV)
+    record = run_one("benchmarks.bench_convert", peer.name, job, run_dir, CHILD_ENV)
     record["output_bytes"] = tree_bytes(Path(job.out))
     if fidelity is not None and peer.name.startswith("datapipe") and peer.kind == "images":
         record["psnr"] = fidelity.stored_psnr(Path(job.out))

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Loader throughput, side by side on one machine, one set of photos and one job.
 
-    .venv/bin/python benchmarks/bench_loader.py [--photos DIR] [--workers 2] [--warmup 1]
+    .venv/bin/python -m benchmarks.bench_loader [--photos DIR] [--workers 2] [--warmup 1]
                                                 [--epochs 2] [--repeats 3] [--skip dali]
 
 The job, for every tool: decode, random-resized crop to 224 (area 0.08-1, log-uniform aspect
@@ -41,9 +40,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import ffcv_peer
 from benchmarks.common import (
@@ -451,7 +447,7 @@ def run_all(args: argparse.Namespace, forms: dict[str, dict[str, Any]],
                   args.warmup, batch=args.batch_size)
         if name == "ffcv":  # its own venv
             return ffcv_peer.run_one(job, run_dir)
-        return run_one(__file__, name, job, run_dir, CHILD_ENV)
+        return run_one("benchmarks.bench_loader", name, job, run_dir, CHILD_ENV)
 
     run_rounds(args.repeats, list(PEERS_BY_NAME), outcomes, BENCH_DATA / "loader-runs",
                args.settle, attempt, progress, brief_failures=True)

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """The profiler against the truth on a GPU: its starvation figure beside 1 - img/s / synthetic.
 
-    .venv/bin/python benchmarks/bench_profiler_gpu.py [--photos DIR | --shards DIR]
+    .venv/bin/python -m benchmarks.bench_profiler_gpu [--photos DIR | --shards DIR]
         [--models resnet18,resnet50] [--decoders cpu,dali] [--steps 200] [--batch-size 256]
         [--workers N] [--sync-every 10] [--require-cuda]
 
@@ -38,9 +37,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import announce_machine, cores, markdown_table, publish, timed
 from benchmarks.fixtures import BATCH, CROP, prepare_shards

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Conversion scaling: `convert images` and `convert text` at 1, 2, 4, ... workers.
 
-    .venv/bin/python benchmarks/bench_scaling.py [--workers 1,2,4,8,16] [--repeats 3]
+    .venv/bin/python -m benchmarks.bench_scaling [--workers 1,2,4,8,16] [--repeats 3]
                                                  [--tokenizer wordpiece|bytes|FILE]
 
 Images are the photos of bench_convert (made with tools/make_photos.py if missing), text its
@@ -28,9 +27,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import (
     BENCH_DATA,
@@ -147,7 +143,7 @@ def run_once(kind: str, src: Path, workers: int, work_dir: Path, tokenizer: str,
     out = fresh_dir(work_dir / f"{kind}-{workers}")
     job = {"kind": kind, "src": str(src), "out": str(out / "out"), "workers": workers,
            "tokenizer": tokenizer, "profile": profile}
-    record = run_child([__file__, "--one", json.dumps(job), "--result",
+    record = run_child(["-m", "benchmarks.bench_scaling", "--one", json.dumps(job), "--result",
                         str(work_dir / "result.json")],
                        work_dir / "result.json", work_dir / "log.txt")
     record["rate"] = record["inputs"] / record["seconds"]

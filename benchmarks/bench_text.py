@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Token-loading throughput: datapipe's TokenLoader against the loaders people write today.
 
-    .venv/bin/python benchmarks/bench_text.py [--corpus-mb 20] [--tokenizer wordpiece|bytes|PATH]
+    .venv/bin/python -m benchmarks.bench_text [--corpus-mb 20] [--tokenizer wordpiece|bytes|PATH]
         [--max-tokens 16384] [--repeats 3] [--skip datasets,memmap,...]
 
 One corpus of English-like documents, one a line, with a skewed (log-normal) length mix, is
@@ -36,9 +35,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
@@ -465,7 +461,7 @@ def run_all(args: argparse.Namespace, inputs: Inputs, outcomes: dict[str, Outcom
     def attempt(name: str, run_dir: Path) -> Record:
         variant = VARIANTS_BY_NAME[name]
         job = make_job(variant, inputs, args.max_tokens)
-        return run_one(__file__, variant.kind, job, run_dir, CHILD_ENV)
+        return run_one("benchmarks.bench_text", variant.kind, job, run_dir, CHILD_ENV)
 
     run_rounds(args.repeats, list(VARIANTS_BY_NAME), outcomes,
                BENCH_DATA / "bench-text" / "runs", args.settle, attempt, progress)
