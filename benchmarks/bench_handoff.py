@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """What the training thread pays per batch: `next(loader)` when batches are already waiting.
 
-    .venv/bin/python benchmarks/bench_handoff.py [--photos DIR | --shards DIR] [--batches 40]
+    .venv/bin/python -m benchmarks.bench_handoff [--photos DIR | --shards DIR] [--batches 40]
         [--batch-size 256] [--workers N] [--repeats 2] [--skip dali-cpu,rate-bfloat16]
 
 Hand-off, per path: a fresh process makes a Loader (RandomResizedCrop(224) | HorizontalFlip,
@@ -41,10 +40,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.bench_loader import CROP, prepare_shards
 from benchmarks.common import (
     BENCH_DATA,
     announce_machine,
@@ -60,6 +55,7 @@ from benchmarks.common import (
     tree_cpu_seconds,
     verdict,
 )
+from benchmarks.fixtures import CROP, prepare_shards
 from benchmarks.runs import (
     Outcome,
     Record,
@@ -263,7 +259,8 @@ def job_for(path: Variant, shards: Path, args: argparse.Namespace) -> Job:
 
 def run_all(args: argparse.Namespace, shards: Path, outcomes: dict[str, Outcome]) -> None:
     def attempt(name: str, run_dir: Path) -> Record:
-        return run_one(__file__, name, job_for(PATHS_BY_NAME[name], shards, args), run_dir)
+        job = job_for(PATHS_BY_NAME[name], shards, args)
+        return run_one("benchmarks.bench_handoff", name, job, run_dir)
 
     run_rounds(args.repeats, list(PATHS_BY_NAME), outcomes, BENCH_DATA / "handoff-runs",
                args.settle, attempt, progress, brief_failures=True)

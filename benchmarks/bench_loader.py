@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Loader throughput, side by side on one machine, one set of photos and one job.
 
-    .venv/bin/python benchmarks/bench_loader.py [--photos DIR] [--workers 2] [--warmup 1]
+    .venv/bin/python -m benchmarks.bench_loader [--photos DIR] [--workers 2] [--warmup 1]
                                                 [--epochs 2] [--repeats 3] [--skip dali]
 
 The job, for every tool: decode, random-resized crop to 224 (area 0.08-1, log-uniform aspect
@@ -30,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import importlib
 import io
 import json
@@ -43,27 +41,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from benchmarks import ffcv_peer
-from benchmarks.bench_convert import ensure_photos, list_photos, photo_stats
 from benchmarks.common import (
     BENCH_DATA,
     announce_machine,
     cores,
-    fresh_dir,
     goal_verdict,
     machine_line,
     markdown_table,
     median,
     publish,
     ratio,
-    run_child,
     timed,
-    tree_bytes,
     tree_cpu_seconds,
     warm_page_cache,
+)
+from benchmarks.fixtures import (
+    BATCH,
+    CHILD_ENV,
+    CROP,
+    CROP_TRIES,
+    PIECES,
+    RATIO,
+    SCALE,
+    ensure_form,
+    ensure_photos,
+    list_photos,
+    make_datapipe,
+    photo_stats,
+    prepare_form_child,
 )
 from benchmarks.runs import (
     CHILD_FAILURES,
@@ -83,20 +89,9 @@ if TYPE_CHECKING:
     import torch
     from PIL import Image
 
-BATCH = 256
-CROP = 224
-SCALE = (0.08, 1.0)
-RATIO = (3 / 4, 4 / 3)
-CROP_TRIES = 10
 SHUFFLE_BUFFER = 1000
-# Shards (WebDataset) and chunks (LitData) per dataset: both hand whole shards to workers, so
-# a single big one would leave all but one worker idle.
-PIECES = 16
-FORM_VERSION = 1  # bump when the converted forms change, so cached ones are rebuilt
 GOALS = {"torch": 3.0, "dali": 2.0}  # datapipe (decode="cpu") >= this many times the tool
 CEILING_GOAL = 0.85  # datapipe >= this fraction of the decode-only ceiling
-CHILD_ENV = {"LITDATA_DISABLE_VERSION_CHECK": "1", "HF_HUB_OFFLINE": "1",
-             "HF_DATASETS_OFFLINE": "1"}
 
 
 @dataclass(frozen=True)
@@ -418,71 +413,9 @@ def make_litdata(src: Path, out: Path, workers: int) -> None:
                      chunk_size=math.ceil(len(items) / PIECES), verbose=False)
 
 
-def make_datapipe(src: Path, out: Path, workers: int) -> None:
-    from datapipe.cli import main as datapipe_cli
-
-    datapipe_cli(["convert", "images", str(src), str(out), "--workers", str(workers)])
-
-
 FORM_MAKERS: dict[str, Callable[[Path, Path, int], None]] = {
     "webdataset": make_webdataset, "litdata": make_litdata, "datapipe": make_datapipe,
     "ffcv": ffcv_peer.make_beton}
-
-
-def prepare_main(form: str, src: Path, out: Path, workers: int) -> None:
-    """Child mode: build one converted form into `out` (absent when this starts)."""
-    FORM_MAKERS[form](src, out, workers)
-
-
-def forms_dir(src: Path) -> Path:
-    """Where the converted forms of `src` live: named after it, keyed by its full path."""
-    key = hashlib.sha1(str(src.resolve()).encode()).hexdigest()[:8]
-    return BENCH_DATA / "loader" / f"{src.name}-{key}"
-
-
-def fingerprint(src: Path) -> dict[str, Any]:
-    files = [Path(p) for p, _ in list_photos(src)]
-    return {"version": FORM_VERSION, "pieces": PIECES, "files": len(files),
-            "bytes": sum(p.stat().st_size for p in files)}
-
-
-def ensure_form(form: str, src: Path, workers: int) -> dict[str, Any]:
-    """The converted form, made now unless a complete one of these photos exists. Its record
-    (a .json next to it) is written last, so a killed build is rebuilt, not measured."""
-    out, record_file = forms_dir(src) / form, forms_dir(src) / f"{form}.json"
-    want = fingerprint(src)
-    if record_file.exists() and out.exists():
-        record = json.loads(record_file.read_text())
-        if record.get("fingerprint") == want:
-            return record
-    record_file.unlink(missing_ok=True)
-    fresh_dir(out).rmdir()  # the makers create it: litdata.optimize wants to
-    print(f"converting {src} to {form} in {out} ...", end=" ", flush=True)
-    argv = [str(Path(__file__).resolve()), "--prepare", form, "--job",
-            json.dumps({"src": str(src), "out": str(out), "workers": workers}),
-            "--result", str(out.parent / f"{form}.done")]
-    _, seconds = timed(lambda: run_child(argv, out.parent / f"{form}.done",
-                                         out.parent / f"{form}.log", CHILD_ENV))
-    record = {"fingerprint": want, "path": str(out), "seconds": round(seconds, 1),
-              "bytes": tree_bytes(out)}
-    record_file.write_text(json.dumps(record))
-    (out.parent / f"{form}.done").unlink()
-    print(f"{seconds:.0f} s", flush=True)
-    return record
-
-
-def prepare_shards(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
-    """The shard set (given, or the cached datapipe conversion of the photos), page-cached."""
-    if args.shards is not None:
-        if not args.shards.is_dir():
-            raise SystemExit(f"--shards {args.shards}: not a directory")
-        shards, about = args.shards, {"path": str(args.shards)}
-    else:
-        photos = ensure_photos(args.photos, args.count)
-        record = ensure_form("datapipe", photos, args.workers)
-        shards, about = Path(record["path"]), {**photo_stats(photos), "shards": record["path"]}
-    warm_page_cache(sorted(shards.rglob("*")))
-    return shards, about
 
 
 # ---------------------------------------------------------------- running everything
@@ -495,7 +428,7 @@ def prepare_forms(src: Path, workers: int, outcomes: dict[str, Outcome]
     wanted = {p.form for p in PEERS if outcomes[p.name].status == "ok"} - {"photos"}
     for form in sorted(wanted):
         try:
-            records[form] = ensure_form(form, src, workers)
+            records[form] = ensure_form(form, src, workers, "benchmarks.bench_loader")
         except CHILD_FAILURES as exc:
             print(f"failed: {exc}", flush=True)
             for peer in PEERS:
@@ -514,7 +447,7 @@ def run_all(args: argparse.Namespace, forms: dict[str, dict[str, Any]],
                   args.warmup, batch=args.batch_size)
         if name == "ffcv":  # its own venv
             return ffcv_peer.run_one(job, run_dir)
-        return run_one(__file__, name, job, run_dir, CHILD_ENV)
+        return run_one("benchmarks.bench_loader", name, job, run_dir, CHILD_ENV)
 
     run_rounds(args.repeats, list(PEERS_BY_NAME), outcomes, BENCH_DATA / "loader-runs",
                args.settle, attempt, progress, brief_failures=True)
@@ -682,9 +615,7 @@ def child_modes(args: argparse.Namespace) -> bool:
     if args.one:
         child_main(args.one, args.job, args.result)
     elif args.prepare:
-        job = json.loads(args.job)
-        prepare_main(args.prepare, Path(job["src"]), Path(job["out"]), job["workers"])
-        args.result.write_text("{}")
+        prepare_form_child(FORM_MAKERS, args.prepare, args.job, args.result)
     return bool(args.one or args.prepare)
 
 

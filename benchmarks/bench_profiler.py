@@ -6,20 +6,16 @@ profiler. The issue's goal: under 2% of step time. What is timed per step is the
 the report (statistics and verdict, computed once when asked for) is timed apart and shown in
 milliseconds, with what it would add per step if spread over this loop.
 
-    python benchmarks/bench_profiler.py [--steps 2000] [--step-ms 1] [--repeats 5]
+    python -m benchmarks.bench_profiler [--steps 2000] [--step-ms 1] [--repeats 5]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 import torch

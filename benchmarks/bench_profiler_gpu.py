@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """The profiler against the truth on a GPU: its starvation figure beside 1 - img/s / synthetic.
 
-    .venv/bin/python benchmarks/bench_profiler_gpu.py [--photos DIR | --shards DIR]
+    .venv/bin/python -m benchmarks.bench_profiler_gpu [--photos DIR | --shards DIR]
         [--models resnet18,resnet50] [--decoders cpu,dali] [--steps 200] [--batch-size 256]
         [--workers N] [--sync-every 10] [--require-cuda]
 
@@ -39,11 +38,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.bench_loader import BATCH, CROP
 from benchmarks.common import announce_machine, cores, markdown_table, publish, timed
+from benchmarks.fixtures import BATCH, CROP, prepare_shards
 from benchmarks.runs import one_line
 
 SKIP_LINE = "no CUDA device: profiler GPU check skipped"
@@ -288,8 +284,6 @@ def main(argv: list[str] | None = None) -> int:
         print(SKIP_LINE, file=sys.stderr if args.require_cuda else sys.stdout)
         return NO_CUDA_EXIT if args.require_cuda else 0
     import torch
-
-    from benchmarks.bench_loader import prepare_shards
 
     info = {**announce_machine(), "gpu": torch.cuda.get_device_name()}
     (shards, data), prep_s = timed(lambda: prepare_shards(args))

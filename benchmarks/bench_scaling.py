@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Conversion scaling: `convert images` and `convert text` at 1, 2, 4, ... workers.
 
-    .venv/bin/python benchmarks/bench_scaling.py [--workers 1,2,4,8,16] [--repeats 3]
+    .venv/bin/python -m benchmarks.bench_scaling [--workers 1,2,4,8,16] [--repeats 3]
                                                  [--tokenizer wordpiece|bytes|FILE]
 
 Images are the photos of bench_convert (made with tools/make_photos.py if missing), text its
@@ -29,9 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: make `benchmarks` and `tools` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from benchmarks.common import (
     BENCH_DATA,
     announce_machine,
@@ -48,6 +44,7 @@ from benchmarks.common import (
     timed,
     warm_page_cache,
 )
+from benchmarks.fixtures import ensure_corpus, ensure_photos, resolve_tokenizer
 
 KINDS = ("images", "text")
 GOAL_EFFICIENCY = 0.8
@@ -79,8 +76,6 @@ def parse_workers(text: str) -> list[int]:
 
 def ensure_jsonl_corpus(megabytes: int) -> Path:
     """bench_convert's corpus, a {"text": ...} object a line."""
-    from benchmarks.bench_convert import ensure_corpus
-
     corpus = ensure_corpus(megabytes)
 
     def build(into: Path) -> None:
@@ -148,7 +143,7 @@ def run_once(kind: str, src: Path, workers: int, work_dir: Path, tokenizer: str,
     out = fresh_dir(work_dir / f"{kind}-{workers}")
     job = {"kind": kind, "src": str(src), "out": str(out / "out"), "workers": workers,
            "tokenizer": tokenizer, "profile": profile}
-    record = run_child([__file__, "--one", json.dumps(job), "--result",
+    record = run_child(["-m", "benchmarks.bench_scaling", "--one", json.dumps(job), "--result",
                         str(work_dir / "result.json")],
                        work_dir / "result.json", work_dir / "log.txt")
     record["rate"] = record["inputs"] / record["seconds"]
@@ -286,8 +281,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def prepare(args: argparse.Namespace) -> tuple[dict[str, Path], list[str]]:
-    from benchmarks.bench_convert import ensure_photos
-
     inputs, described = {}, []
     if "images" in args.kinds:
         inputs["images"] = ensure_photos(args.photos, args.count)
@@ -295,8 +288,6 @@ def prepare(args: argparse.Namespace) -> tuple[dict[str, Path], list[str]]:
         described.append(f"{len(files)} photos in {inputs['images']}")
     args.tokenizer_spec = "bytes"
     if "text" in args.kinds:
-        from benchmarks.bench_text import resolve_tokenizer
-
         args.tokenizer_spec, args.tokenizer_name = resolve_tokenizer(args.tokenizer)
         corpus = ensure_jsonl_corpus(args.text_mb)
         inputs["text"] = corpus

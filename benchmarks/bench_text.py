@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Token-loading throughput: datapipe's TokenLoader against the loaders people write today.
 
-    .venv/bin/python benchmarks/bench_text.py [--corpus-mb 20] [--tokenizer wordpiece|bytes|PATH]
+    .venv/bin/python -m benchmarks.bench_text [--corpus-mb 20] [--tokenizer wordpiece|bytes|PATH]
         [--max-tokens 16384] [--repeats 3] [--skip datasets,memmap,...]
 
 One corpus of English-like documents, one a line, with a skewed (log-normal) length mix, is
@@ -37,18 +36,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import numpy as np
 
-from benchmarks.bench_convert import (
-    CHILD_ENV,
-    TOKENIZER_DIST,
-    _sentence,
-    wordpiece_tokenizer,
-    zipf_cumulative,
-)
 from benchmarks.common import (
     BENCH_DATA,
     announce_machine,
@@ -61,6 +50,13 @@ from benchmarks.common import (
     timed,
     verdict,
     warm_page_cache,
+)
+from benchmarks.fixtures import (
+    CHILD_ENV,
+    TOKENIZER_DIST,
+    resolve_tokenizer,
+    sentence,
+    zipf_cumulative,
 )
 from benchmarks.runs import (
     Outcome,
@@ -100,7 +96,7 @@ def _document(rng: random.Random, cumulative: list[float]) -> str:
                                                                   SIGMA))))
     sentences, count = [], 0
     while count < words:
-        sentences.append(_sentence(rng, cumulative))
+        sentences.append(sentence(rng, cumulative))
         count += sentences[-1].count(" ") + 1
     return " ".join(" ".join(sentences).split(" ")[:words])
 
@@ -140,50 +136,6 @@ class Inputs:
     eos_id: int
     lengths: dict[str, float]
     prepare_s: dict[str, float]
-
-
-def resolve_tokenizer(spec: str) -> tuple[str, str]:
-    """(spec for `convert`, short name for paths and the report)."""
-    if spec == "bytes":
-        return "bytes", "bytes"
-    if spec == "wordpiece":
-        path = wordpiece_tokenizer()
-        if path is None:
-            raise SystemExit(f"--tokenizer wordpiece needs {TOKENIZER_DIST}: bash tools/setup.sh "
-                             "--bench, or pass --tokenizer bytes or a tokenizer.json")
-        return untruncated(path), "wordpiece"
-    path = Path(spec)
-    path = path / "tokenizer.json" if path.is_dir() else path
-    if not path.is_file():
-        raise SystemExit(f"--tokenizer {spec}: not 'bytes', 'wordpiece' nor a tokenizer.json")
-    return untruncated(path), f"hf-{_digest(path)}"
-
-
-def _digest(path: Path) -> str:
-    from datapipe.format.hashing import hash_file
-
-    return hash_file(path).split(":")[1][:12]
-
-
-def untruncated(path: Path) -> str:
-    """`path`, or a copy of it with truncation and padding switched off.
-
-    Tokenizers made for sentence embedding (all-MiniLM-L6-v2's included) truncate every text to
-    128 tokens and pad it to 128 with [PAD]; `convert text` keeps those settings, so every
-    document would come out exactly 128 tokens long: no length skew left to measure.
-    """
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(path))
-    if tokenizer.truncation is None and tokenizer.padding is None:
-        return str(path)
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    out = BENCH_DATA / "bench-text" / f"tokenizer-{_digest(path)}" / "tokenizer.json"
-    if not out.is_file():  # rewriting it would change nothing but its mtime
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tokenizer.save(str(out))
-    return str(out)
 
 
 def convert_datapipe(corpus: Path, tokenizer: str, out: Path) -> None:
@@ -509,7 +461,7 @@ def run_all(args: argparse.Namespace, inputs: Inputs, outcomes: dict[str, Outcom
     def attempt(name: str, run_dir: Path) -> Record:
         variant = VARIANTS_BY_NAME[name]
         job = make_job(variant, inputs, args.max_tokens)
-        return run_one(__file__, variant.kind, job, run_dir, CHILD_ENV)
+        return run_one("benchmarks.bench_text", variant.kind, job, run_dir, CHILD_ENV)
 
     run_rounds(args.repeats, list(VARIANTS_BY_NAME), outcomes,
                BENCH_DATA / "bench-text" / "runs", args.settle, attempt, progress)

@@ -212,10 +212,13 @@ def run_child(argv: list[str], result_file: Path, log_file: Path,
     that a run disturbed by other work shows as such.
     """
     result_file.unlink(missing_ok=True)
+    # `python -m benchmarks.NAME` finds the package wherever the parent was started from.
+    path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
+    env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     busy, ours, start = machine_busy_seconds(), children_cpu_seconds(), time.perf_counter()
     with open(log_file, "w") as log:
         proc = subprocess.run([python or sys.executable, *argv], stdout=log,
-                              stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                              stderr=subprocess.STDOUT, env=env,
                               timeout=CHILD_TIMEOUT_S, check=False)
     wall = time.perf_counter() - start
     cpu = children_cpu_seconds() - ours

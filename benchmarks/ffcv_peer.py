@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """FFCV as a peer of benchmarks/bench_loader.py, run in a venv of its own.
 
 To install the FFCV peer, run `bash tools/setup_ffcv.sh` once (Debian, as root: it installs
@@ -22,8 +21,8 @@ last one kept, its fused decode + random-resized crop to 224 (area 0.08-1, log-u
 are threads of one process (a numba-compiled pipeline), not processes; each fresh process
 compiles the pipeline again, which its start-up time includes.
 
-    .venv-ffcv/bin/python benchmarks/ffcv_peer.py --write SRC OUT.beton WORKERS   # internal
-    .venv-ffcv/bin/python benchmarks/ffcv_peer.py --one --job JSON --result FILE  # internal
+    .venv-ffcv/bin/python -m benchmarks.ffcv_peer --write SRC OUT.beton WORKERS   # internal
+    .venv-ffcv/bin/python -m benchmarks.ffcv_peer --one --job JSON --result FILE  # internal
 """
 
 from __future__ import annotations
@@ -41,10 +40,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from benchmarks.common import REPO, run_child, timed
+from benchmarks.fixtures import CROP, RATIO, SCALE, list_photos
 from benchmarks.runs import Outcome, Record, initial_outcome, write_child_result
 
 if TYPE_CHECKING:
@@ -98,7 +95,7 @@ def child_env() -> dict[str, str]:
 
 def run_one(job: Job, run_dir: Path) -> Record:
     """Measure one run in a fresh .venv-ffcv process (see common.run_child)."""
-    argv = [str(Path(__file__).resolve()), "--one", "--job", json.dumps(asdict(job)),
+    argv = ["-m", "benchmarks.ffcv_peer", "--one", "--job", json.dumps(asdict(job)),
             "--result", str(run_dir / "result.json")]
     return run_child(argv, run_dir / "result.json", run_dir / "log.txt", child_env(),
                      python=str(venv_python()))
@@ -110,7 +107,7 @@ def make_beton(src: Path, out: Path, workers: int) -> None:
     unreadable photo, say) or is still busy after WRITE_TIMEOUT_S, raises RuntimeError with
     its last word; none of its processes is left either way."""
     out.mkdir(parents=True)
-    argv = [str(venv_python()), str(Path(__file__).resolve()), "--write", str(src),
+    argv = [str(venv_python()), "-m", "benchmarks.ffcv_peer", "--write", str(src),
             str(out / BETON), str(workers)]
     # A session of its own: the writer and its worker processes form one process group, which
     # a failing worker ends (PhotoFolder) and which is ended here whatever happened.
@@ -141,8 +138,6 @@ class PhotoFolder:
     """The photos as FFCV's DatasetWriter reads an indexed dataset: (RGB PIL image, label)."""
 
     def __init__(self, src: Path) -> None:
-        from benchmarks.bench_convert import list_photos
-
         self.items = list_photos(src)
 
     def __len__(self) -> int:
@@ -181,8 +176,6 @@ def ffcv_loader(job: Job) -> Any:
     from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
     from ffcv.loader import Loader, OrderOption
     from ffcv.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
-
-    from benchmarks.bench_loader import CROP, RATIO, SCALE
 
     decode = RandomResizedCropRGBImageDecoder((CROP, CROP), scale=SCALE, ratio=RATIO)
     pipelines = {"image": [decode, RandomHorizontalFlip(), ToTensor(), ToTorchImage()],

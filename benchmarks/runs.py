@@ -76,13 +76,13 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
 
-def run_one(script: str | Path, name: str, job: Any, run_dir: Path,
+def run_one(module: str, name: str, job: Any, run_dir: Path,
             env: dict[str, str] | None = None) -> Record:
-    """Measure one run of `name` in a fresh `python script --one name --job JSON` process.
+    """Measure one run of `name` in a fresh `python -m module --one name --job JSON` process.
 
     `job` is the script's Job dataclass; the child writes run_dir/result.json and its output
     goes to run_dir/log.txt (see common.run_child)."""
-    argv = [str(Path(script).resolve()), "--one", name, "--job", json.dumps(asdict(job)),
+    argv = ["-m", module, "--one", name, "--job", json.dumps(asdict(job)),
             "--result", str(run_dir / "result.json")]
     return run_child(argv, run_dir / "result.json", run_dir / "log.txt", env)
 

@@ -42,12 +42,11 @@ LAYERS = (
 LINE_BUDGET = 400
 
 _BENCH_SUITE = ("`datapipe bench --suite` imports the checkout's benchmarks/suite.py, whose "
-                "benchmarks import the CLI and datapipe.bench back; it goes when the suite "
-                "moves into the package (issue 26, item 1)")
+                "loader benchmark (and its FFCV peer) imports datapipe.bench back; it goes "
+                "when the suite moves into the package (issue 26, item 1)")
 ALLOWED_CYCLES = {
-    frozenset({"datapipe.cli", "datapipe.cli.app", "datapipe.cli.bench", "datapipe.bench",
-               "benchmarks.suite", "benchmarks.bench_loader", "benchmarks.bench_gpu",
-               "benchmarks.bench_handoff", "benchmarks.ffcv_peer"}):
+    frozenset({"datapipe.bench", "benchmarks.suite", "benchmarks.bench_loader",
+               "benchmarks.ffcv_peer"}):
         _BENCH_SUITE,
 }
 ALLOWED_IMPORTS = {

@@ -22,7 +22,7 @@ step "3. Loader throughput: RandomResizedCrop(224) + flip, uint8 batches of 64"
 $DP bench "$OUT/images" --batch-size 64 --epochs 2 --ceiling
 
 step "4. Train a small CNN for one epoch under the profiler"
-$DP profile --out "$OUT/profile-images" -- $PY benchmarks/train_images.py "$OUT/images" \
+$DP profile --out "$OUT/profile-images" -- $PY examples/train_images.py "$OUT/images" \
   --epochs 1 --batch-size 64
 
 step "5. Text: tokenize 3,000 documents with the byte tokenizer, then inspect"
@@ -31,6 +31,6 @@ $DP convert text "$OUT/corpus.txt" "$OUT/tokens" --tokenizer bytes --append-eos 
 $DP inspect "$OUT/tokens"
 
 step "6. Train a tiny causal LM on packed, padding-free batches"
-$PY benchmarks/train_text.py "$OUT/tokens" --steps 20 --max-tokens 2048
+$PY examples/train_text.py "$OUT/tokens" --steps 20 --max-tokens 2048
 
 step "Done. Shards, profile report (.txt/.json), trace (.trace.json) and page (.html) in $OUT/"

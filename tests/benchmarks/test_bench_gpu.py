@@ -15,18 +15,19 @@ import pytest
 import torch
 
 from benchmarks import bench_gpu
+from benchmarks.common import REPO
 from benchmarks.runs import Outcome
 from tests.conftest import convert
 from tests.imagegen import make_image_folder
 
-SCRIPT = Path(bench_gpu.__file__)
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
     """The script as a user runs it, with every GPU hidden (so also on a CUDA machine)."""
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    return subprocess.run([sys.executable, "-m", bench_gpu.__name__, *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
 
 
 @pytest.fixture(scope="module")

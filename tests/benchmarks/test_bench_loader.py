@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from benchmarks import bench_loader
-from benchmarks.bench_loader import BATCH, CROP, Job
+from benchmarks.bench_loader import Job
+from benchmarks.fixtures import BATCH, CROP
 
 IMAGES_PER_EPOCH = 600  # batches of 256, 256, 88
 

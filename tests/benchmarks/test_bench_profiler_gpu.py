@@ -12,16 +12,16 @@ import pytest
 import torch
 
 from benchmarks import bench_profiler_gpu as bench
+from benchmarks.common import REPO
 from tests.conftest import convert
 from tests.imagegen import make_image_folder
-
-SCRIPT = Path(bench.__file__)
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
     """The script as a user runs it, with every GPU hidden (so also on a CUDA machine)."""
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    return subprocess.run([sys.executable, "-m", bench.__name__, *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
 
 
 def test_without_cuda_it_says_so_and_exits_0_or_2() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_convert, bench_scaling, common
+from benchmarks import bench_scaling, common, fixtures
 from tests.imagegen import make_image_folder
 
 
@@ -21,7 +21,7 @@ def test_worker_counts() -> None:
 
 def test_small_run_reports_scaling_identity_and_the_main_process(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench_convert, "BENCH_DATA", tmp_path / "data")
+    monkeypatch.setattr(fixtures, "BENCH_DATA", tmp_path / "data")
     monkeypatch.setattr(bench_scaling, "BENCH_DATA", tmp_path / "data")
     monkeypatch.setattr(common, "BENCH_RESULTS", tmp_path / "results")
     photos = make_image_folder(tmp_path / "photos", classes=2, per_class=6, size=(160, 120))

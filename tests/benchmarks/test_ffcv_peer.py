@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_loader, common, ffcv_peer
+from benchmarks import bench_loader, common, ffcv_peer, fixtures
 from tests.imagegen import make_image_folder
 
 NOT_INSTALLED = "not installed (run bash tools/setup_ffcv.sh)"
@@ -25,6 +25,7 @@ needs_ffcv = pytest.mark.skipif(not ffcv_peer.ready(), reason=".venv-ffcv is abs
 def run_bench(src: Path, root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> dict:
     """bench_loader's command line with every tool but ffcv skipped; the results' JSON."""
     monkeypatch.setattr(bench_loader, "BENCH_DATA", root / "data")
+    monkeypatch.setattr(fixtures, "BENCH_DATA", root / "data")
     monkeypatch.setattr(common, "BENCH_RESULTS", root / "results")
     code = bench_loader.main(["--photos", str(src), "--repeats", "1", "--settle", "0",
                               "--skip", OTHERS, *args])
@@ -99,7 +100,7 @@ def test_ffcv_hands_out_uint8_chw_batches_without_datapipe(bench_run: dict) -> N
                           capture_output=True, text=True, timeout=300, check=True)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not result["datapipe"]
-    crop, batch = bench_loader.CROP, bench_loader.BATCH
+    crop, batch = fixtures.CROP, fixtures.BATCH
     assert result["batches"] == [
         [epoch, [n, 3, crop, crop], "torch.uint8"]
         for epoch in (0, 1) for n in (batch, PHOTOS - batch)]

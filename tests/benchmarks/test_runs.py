@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from benchmarks import common, runs
-from benchmarks.bench_convert import WORDS, zipf_cumulative
+from benchmarks.fixtures import WORDS, zipf_cumulative
 from benchmarks.runs import Outcome
 
 # ---------------------------------------------------------------- formatting (common.py)
@@ -132,9 +132,9 @@ def test_run_one_asks_the_script_for_one_run(tmp_path: Path,
         return {"seconds": 1.0}
 
     monkeypatch.setattr(runs, "run_child", fake_run_child)
-    record = runs.run_one("bench_x.py", "torch", FakeJob("d"), tmp_path, {"K": "1"})
+    record = runs.run_one("benchmarks.bench_x", "torch", FakeJob("d"), tmp_path, {"K": "1"})
     assert record == {"seconds": 1.0}
-    assert calls == [([str(Path("bench_x.py").resolve()), "--one", "torch", "--job",
+    assert calls == [(["-m", "benchmarks.bench_x", "--one", "torch", "--job",
                        '{"data": "d", "workers": 2}', "--result", str(tmp_path / "result.json")],
                       tmp_path / "result.json", tmp_path / "log.txt", {"K": "1"})]
 

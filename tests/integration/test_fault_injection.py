@@ -1,4 +1,4 @@
-"""benchmarks/fault_injection.py, as CI runs it: two real SIGKILLs of a training process."""
+"""tests/integration/fault_injection.py, as CI runs it: two real SIGKILLs of a training process."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import common, fault_injection
+from benchmarks import common
+from tests.integration import fault_injection
 
 
 @pytest.mark.slow

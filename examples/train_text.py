@@ -10,8 +10,8 @@ is SDPA with a block-diagonal causal mask built from `cu_seqlens`.
 to their longest document; SDPA with a causal and padding mask) until it has seen as many real
 tokens, and compares tokens/s. Runs on CPU in about a minute:
 
-    python benchmarks/train_text.py TOKENS [--max-tokens 4096] [--steps 100] [--compare-padded]
-    datapipe profile -- python benchmarks/train_text.py TOKENS
+    python examples/train_text.py TOKENS [--max-tokens 4096] [--steps 100] [--compare-padded]
+    datapipe profile -- python examples/train_text.py TOKENS
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""benchmarks/train_text.py: packed batches through varlen attention, padded ones through a
+"""examples/train_text.py: packed batches through varlen attention, padded ones through a
 masked SDPA, and the two giving the same outputs for the same documents."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import train_text
 from datapipe.text.collate import CollateOptions, collate
+from examples import train_text
 from tests.conftest import convert
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -4,8 +4,8 @@ Runs on the CPU in about a minute (a narrow CNN at 96 px); on a GPU the same scr
 channels-last bf16 batches normalised on the device. It is the end-to-end image benchmark and
 the profiler's demo:
 
-    python benchmarks/train_images.py SHARDS [--epochs 1] [--device cuda]
-    datapipe profile -- python benchmarks/train_images.py SHARDS
+    python examples/train_images.py SHARDS [--epochs 1] [--device cuda]
+    datapipe profile -- python examples/train_images.py SHARDS
 """
 
 from __future__ import annotations

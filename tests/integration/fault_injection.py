@@ -1,6 +1,6 @@
 """Fault injection: SIGKILL a training process at random moments, then count what it left.
 
-    python -m benchmarks.fault_injection [--kills 20] [--seed 0]
+    python -m tests.integration.fault_injection [--kills 20] [--seed 0]
 
 Each round starts a real training process (a small CNN over a generated dataset, fed by a
 2-worker `dp.Loader`), and once it trains, kills it with SIGKILL after a random delay (an
