@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from datapipe.cli import main as datapipe_cli
-from tools.make_photos import procedural_photo
+from datapipe.suite.photo_sources import procedural_photo
 from tools.make_text import make_text
 
 PHOTO_SIZES = ((72, 56), (64, 64), (56, 72), (80, 60))  # a few shapes, as photos come
