@@ -1,5 +1,6 @@
-"""`datapipe bench`: how fast the loader delivers batches of a dataset, with given settings;
-with a suite, datapipe against its peers (the benchmarks of a checkout)."""
+"""`datapipe bench DATASET`: how fast the loader delivers batches of a dataset, with given
+settings, and the decode-only ceiling it is measured against (`datapipe bench --suite`, datapipe
+against its peers, is datapipe.suite)."""
 
 from __future__ import annotations
 
@@ -69,44 +70,6 @@ def _device_sync(device: Any) -> Any:
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
     return lambda: None
-
-
-def benchmarks_suite() -> Any:
-    """benchmarks/suite.py of the checkout this package runs from: the benchmarks are not
-    installed with the package, so a pip-installed datapipe has none."""
-    import importlib
-    import sys
-
-    from datapipe.errors import ArgumentError
-
-    checkout = Path(__file__).resolve().parent.parent
-    if not (checkout / "benchmarks" / "suite.py").is_file():
-        raise ArgumentError(f"--suite needs the benchmarks/ folder of a datapipe checkout, and "
-                            f"there is none beside {Path(__file__).parent}: run it from a "
-                            "clone of the repository (pip install -e .)")
-    if str(checkout) not in sys.path:
-        sys.path.insert(0, str(checkout))
-    return importlib.import_module("benchmarks.suite")
-
-
-def run_suite(suite: str, *, workers: int = 0, repeats: int = 3, photos: int = 2000,
-              text_mb: int = 20, out: str | Path = "bench-results", smoke: bool = False,
-              readme: bool = False) -> int:
-    """Run one suite of the checkout's benchmarks ("all": every one) and write its report to
-    `out`; `smoke` is tiny data, one run per tool. Returns the suite's exit status."""
-    from datapipe.errors import ArgumentError
-
-    if smoke and readme:
-        raise ArgumentError("bench: --readme with --smoke would put smoke-test figures in "
-                            "the README; run the full suite for it")
-    module = benchmarks_suite()
-    suites = module.SUITES if suite == "all" else (suite,)
-    if smoke:
-        options = module.Options.smoke_test(suites, Path(out), workers or 2)
-    else:
-        options = module.Options(suites, repeats, photos, text_mb, workers, Path(out),
-                                 readme=readme)
-    return module.run(options)
 
 
 def decode_ceiling(path: str | Path, workers: int, limit: int | None = None) -> float:

@@ -8,6 +8,7 @@ an option of the other form in one line.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -74,7 +75,7 @@ def bench_dataset(dataset: str, batch_size: int, workers: int, decode: str, devi
                options_metavar=f"--suite [{'|'.join(SUITES)}] [OPTIONS]")
 @click.option("--suite", type=click.Choice(SUITES), required=True,
               help="Which suite: datapipe and every installed peer side by side on generated "
-              "data (the benchmarks/ of a checkout); all: every suite.")
+              "data; all: every suite.")
 @click.option("--workers", default=0, type=click.IntRange(min=0),
               help="Worker processes of every tool; 0 = all cores.")
 @click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1),
@@ -83,19 +84,36 @@ def bench_dataset(dataset: str, batch_size: int, workers: int, decode: str, devi
               help="Photos generated for the image and conversion suites.")
 @click.option("--text-mb", default=20, show_default=True, type=click.IntRange(min=1),
               help="MB of generated text for the text and conversion suites.")
+@click.option("--skip", default="", metavar="NAMES",
+              help="Comma-separated tools not to run, e.g. dali,ffcv (images:torch: in one "
+              "suite's group only).")
 @click.option("--out", default="bench-results", show_default=True,
               type=click.Path(file_okay=False), help="Where results are written.")
+@click.option("--data", default="bench-data", show_default=True,
+              type=click.Path(file_okay=False),
+              help="Where generated inputs and converted forms are kept for later runs.")
+@click.option("--before", type=click.Path(file_okay=False, exists=True),
+              help="Another datapipe checkout (built): datapipe's own tools also run from it, "
+              "in the same rounds, as '... (--before)'.")
 @click.option("--smoke", is_flag=True,
               help="Tiny data, one run per tool (a check that everything runs).")
 @click.option("--readme", is_flag=True,
-              help="Also rewrite README.md's benchmark region and docs/bench/*.png.")
-def bench_suite(suite: str, workers: int, repeats: int, photos: int, text_mb: int, out: str,
-                smoke: bool, readme: bool) -> None:
+              help="Also rewrite the benchmark region of README.md in this folder, and "
+              "docs/bench/*.png beside it.")
+def bench_suite(suite: str, workers: int, repeats: int, photos: int, text_mb: int, skip: str,
+                out: str, data: str, before: str | None, smoke: bool, readme: bool) -> None:
     """Run datapipe against its peers, written to --out as Markdown, JSON and charts."""
-    from datapipe.bench import run_suite
+    from datapipe.suite import SUITES as GROUPS
+    from datapipe.suite import Options, parse_skip, run
 
-    sys.exit(run_suite(suite, workers=workers, repeats=repeats, photos=photos,
-                       text_mb=text_mb, out=out, smoke=smoke, readme=readme))
+    suites = GROUPS if suite == "all" else (suite,)
+    more = {"skip": parse_skip(skip), "before": Path(before) if before else None}
+    if smoke:
+        options = Options.smoke_test(suites, Path(out), workers or 2, Path(data), **more)
+    else:
+        options = Options(suites, repeats, photos, text_mb, workers, Path(out), Path(data),
+                          readme=Path("README.md") if readme else None, **more)
+    sys.exit(run(options))
 
 
 # The forms, each with a phrase for an option given to the other one.

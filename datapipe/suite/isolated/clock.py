@@ -1,0 +1,84 @@
+"""How a loader run is clocked, the same for every image loader: images/s and images per
+CPU-second over the epochs after the warm-up, the first epoch's own rate, and start-up."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def _proc_stats() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU-seconds of it and of the children it has reaped), from /proc."""
+    tick, stats = os.sysconf("SC_CLK_TCK"), {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
+        stats[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / tick)
+    return stats
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU-seconds used so far by process `root` (default: this one), its threads, its live
+    descendants and every process they have reaped. The difference of two readings is what a
+    tool's whole process tree spent in between, however busy the rest of the machine was.
+    NaN where there is no /proc."""
+    if not Path("/proc/self/stat").exists():
+        return float("nan")
+    stats = _proc_stats()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    todo, total = [root or os.getpid()], 0.0
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def check_batch(images: Any, batch: int, crop: int) -> None:
+    """Proof that the tool did the whole job: a full batch of crop x crop uint8 CHW images."""
+    import torch
+
+    shape = (batch, 3, crop, crop)
+    if tuple(images.shape) != shape or images.dtype != torch.uint8:
+        raise RuntimeError(f"first batch is {tuple(images.shape)} {images.dtype}, "
+                           f"expected {shape} torch.uint8")
+
+
+def measure(batches: Iterator[tuple[int, Any]], job: Any, crop: int) -> dict[str, Any]:
+    """Images/s, and images per CPU-second of the whole process tree, over the epochs after
+    the warm-up: the clock starts when the warm-up's last batch arrives (with no warm-up, at
+    the first batch, which is then not counted) and stops when the last batch arrives, so
+    shutting the tool's workers down is not counted. Also the first epoch's own images/s,
+    from its first batch on: what a job too short to warm up sees. `batches` yields
+    (epoch, images); `job` has batch, warmup and total_epochs."""
+    started = time.perf_counter()
+    per_epoch = [0] * job.total_epochs
+    arrivals: list[tuple[int, float, float]] = []  # (epoch, seconds, tree CPU seconds)
+    for epoch, images in batches:
+        if not arrivals:
+            check_batch(images, job.batch, crop)
+        arrivals.append((epoch, time.perf_counter(), tree_cpu_seconds()))
+        per_epoch[epoch] += len(images)
+    first_size = min(job.batch, per_epoch[0])
+    # The clock starts at the arrival before the first measured batch.
+    start = max(0, next(i for i, a in enumerate(arrivals) if a[0] >= job.warmup) - 1)
+    measured = sum(per_epoch[job.warmup:]) - (0 if job.warmup else first_size)
+    seconds = arrivals[-1][1] - arrivals[start][1]
+    cpu = arrivals[-1][2] - arrivals[start][2]
+    first_epoch_s = max(a[1] for a in arrivals if a[0] == 0) - arrivals[0][1]
+    return {"images": measured, "seconds": seconds,
+            "rate": measured / seconds if seconds > 0 else 0.0,
+            "cpu_s": cpu, "cpu_rate": measured / cpu if cpu > 0 else 0.0,
+            "first_epoch_rate": ((per_epoch[0] - first_size) / first_epoch_s
+                                 if first_epoch_s > 0 else 0.0),
+            "start_s": arrivals[0][1] - started, "epoch_images": per_epoch}
