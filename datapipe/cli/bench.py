@@ -107,12 +107,13 @@ def bench_suite(suite: str, workers: int, repeats: int, photos: int, text_mb: in
     from datapipe.suite import Options, parse_skip, run
 
     suites = GROUPS if suite == "all" else (suite,)
-    more = {"skip": parse_skip(skip), "before": Path(before) if before else None}
+    more = {"skip": parse_skip(skip), "before": Path(before) if before else None,
+            "readme": Path("README.md") if readme else None}
     if smoke:
         options = Options.smoke_test(suites, Path(out), workers or 2, Path(data), **more)
     else:
         options = Options(suites, repeats, photos, text_mb, workers, Path(out), Path(data),
-                          readme=Path("README.md") if readme else None, **more)
+                          **more)
     sys.exit(run(options))
 
 

@@ -23,6 +23,13 @@ def use_checkout(code: str) -> None:
         del sys.modules[module]
 
 
+def loaded() -> str:
+    """Where the datapipe a --before run measured came from (the report can prove it)."""
+    import datapipe
+
+    return str(Path(datapipe.__file__).parent.parent)
+
+
 def main(argv: list[str]) -> int:
     from datapipe.suite.groups import load_group
     from datapipe.suite.runner import CODE_ENV, write_child_result
@@ -37,10 +44,13 @@ def main(argv: list[str]) -> int:
     group = load_group(group_name)
     peer = next(p for p in group.peers if p.name == peer_name.removesuffix("-before"))
     job = group.job_type(**json.loads(job_json))
-    if os.environ.get(CODE_ENV):
-        use_checkout(os.environ[CODE_ENV])
-    assert peer.measure is not None, f"{peer_name} is measured by its group, not a child"
-    write_child_result(Path(result), lambda: peer.measure(job))
+    code = os.environ.get(CODE_ENV)
+    if code:
+        use_checkout(code)
+    measure = peer.measure
+    assert measure is not None, f"{peer_name} is measured by its group, not a child"
+    write_child_result(Path(result), lambda: {**measure(job), **({"code": loaded()} if code
+                                                                  else {})})
     return 0
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from datapipe.errors import ArgumentError
 
 # Where a missing peer comes from; a peer not named here comes with the [bench] extra.
-INSTALL_HINTS = {"ffcv": "bash tools/setup_ffcv.sh in a checkout (its own venv, .venv-ffcv)"}
+INSTALL_HINTS = {"ffcv": "bash tools/setup_ffcv.sh"}  # in a checkout: its own venv, .venv-ffcv
 DEFAULT_INSTALL = "pip install 'datapipe[bench]'"
 README_START = "<!-- bench:start (written by `datapipe bench --suite all --readme`) -->"
 README_END = "<!-- bench:end -->"
@@ -82,7 +82,8 @@ def status_text(entry: Entry) -> str:
     if not entry.status.startswith("not installed"):
         cut = entry.status[:STATUS_CHARS]
         return cut + ("… (see the group's report)" if cut != entry.status else "")
-    return f"{entry.status}; install: {INSTALL_HINTS.get(entry.name, DEFAULT_INSTALL)}"
+    hint = INSTALL_HINTS.get(entry.name, DEFAULT_INSTALL)
+    return entry.status if hint in entry.status else f"{entry.status}; install: {hint}"
 
 
 def _times(ours: float, theirs: float, higher_is_better: bool) -> float:

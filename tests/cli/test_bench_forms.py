@@ -70,29 +70,23 @@ def test_bench_help_shows_both_forms_and_each_form_its_own(cli) -> None:
 
 def test_the_suite_form_reaches_the_suite_with_its_options(
         cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import datapipe.bench
+    import datapipe.suite
+    from datapipe.suite import Options
 
-    class Suite:
-        SUITES = ("images", "text")
+    calls: list[Options] = []
 
-        class Options:
-            def __init__(self, *args, readme: bool = False) -> None:
-                self.args = (*args, readme)
+    def run(options: Options) -> int:
+        calls.append(options)
+        return 3
 
-            @classmethod
-            def smoke_test(cls, *args):
-                return ("smoke", *args)
-
-        @staticmethod
-        def run(options) -> int:
-            calls.append(options.args if hasattr(options, "args") else options)
-            return 3
-
-    calls: list = []
-    monkeypatch.setattr(datapipe.bench, "benchmarks_suite", lambda: Suite)
+    monkeypatch.setattr(datapipe.suite, "run", run)
     result = cli("bench", "--suite", "all", "--repeats", "2", "--workers", "4", "--text-mb", "5",
-                 "--out", tmp_path)
+                 "--out", tmp_path, "--skip", "dali,images:torch")
     assert result.code == 3  # the suite's own exit status
-    assert calls == [(("images", "text"), 2, 2000, 5, 4, tmp_path, False)]
+    assert calls == [Options(("images", "text", "convert", "gpu"), 2, 2000, 5, 4, tmp_path,
+                             Path("bench-data"), skip=frozenset({"dali", "images:torch"}))]
     assert cli("bench", "--suite", "text", "--smoke").code == 3
-    assert calls[1] == ("smoke", ("text",), Path("bench-results"), 2)
+    assert calls[1] == Options.smoke_test(("text",), Path("bench-results"), 2)
+    refused = cli("bench", "--suite", "images", "--smoke", "--readme")
+    assert refused.code == 2 and refused.err.count("\n") == 1
+    assert "--readme with --smoke" in refused.err
