@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from datapipe.errors import ArgumentError
 
@@ -43,11 +44,11 @@ class Options:
 
     @classmethod
     def smoke_test(cls, suites: tuple[str, ...], out: Path, workers: int = 2,
-                   data: Path = Path("bench-data"), **more: object) -> Options:
+                   data: Path = Path("bench-data"), **more: Any) -> Options:
         # Enough photos that every worker's share fills a batch of 16 (WebDataset's shards
         # are split by worker, and the loaders check a full first batch).
         return cls(suites, repeats=1, photos=max(48, 32 * workers), text_mb=1, workers=workers,
-                   out=out, data=data, smoke=True, settle=0.0, retries=0, **more)  # type: ignore[arg-type]
+                   out=out, data=data, smoke=True, settle=0.0, retries=0, **more)
 
     def skips(self, group: str, peer: str) -> bool:
         return peer in self.skip or f"{group}:{peer}" in self.skip
