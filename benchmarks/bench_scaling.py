@@ -19,8 +19,10 @@ where that time goes. Saves bench-results/scaling.md and .json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import json
+import os
 import pstats
 import resource
 import statistics
@@ -29,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.scripts import BENCH_DATA, announce, child_env, photos, publish
+from benchmarks.scripts import BENCH_DATA, ROOT, photos, publish
 from datapipe.errors import ArgumentError
-from datapipe.suite.fixtures import build_once, ensure_corpus, resolve_tokenizer, warm_page_cache
-from datapipe.suite.machine import machine_line
+from datapipe.suite import fixtures
+from datapipe.suite.machine import describe, machine_line
 from datapipe.suite.report import goal_verdict, markdown_table
 from datapipe.suite.runner import fresh_dir, run_child, timed
 from datapipe.system import available_cores
@@ -45,11 +47,7 @@ SHORT_SIDE = 256
 
 def default_workers(available: int) -> list[int]:
     """1, 2, 4, ... up to the cores, and the cores themselves."""
-    counts, w = [], 1
-    while w < available:
-        counts.append(w)
-        w *= 2
-    return [*counts, available]
+    return [*(1 << i for i in range(available.bit_length()) if 1 << i < available), available]
 
 
 def parse_workers(text: str) -> list[int]:
@@ -64,14 +62,14 @@ def parse_workers(text: str) -> list[int]:
 
 def ensure_jsonl_corpus(megabytes: int) -> Path:
     """The suite's corpus, a {"text": ...} object a line."""
-    corpus = ensure_corpus(BENCH_DATA, megabytes)
+    corpus = fixtures.ensure_corpus(BENCH_DATA, megabytes)
 
     def build(into: Path) -> None:
         for path in sorted(corpus.glob("*.txt")):
             (into / f"{path.stem}.jsonl").write_text("".join(
                 json.dumps({"text": line}) + "\n" for line in path.read_text().splitlines()))
 
-    return build_once(BENCH_DATA / f"text-{megabytes}MB-jsonl",
+    return fixtures.build_once(BENCH_DATA / f"text-{megabytes}MB-jsonl",
                       f"writing {corpus} as JSONL ...", build)
 
 
@@ -102,16 +100,13 @@ def top_functions(profile: cProfile.Profile, wall: float) -> list[dict[str, Any]
              "seconds": round(t, 3), "share": t / wall} for t, calls, f in rows]
 
 
-def child_main(job: dict[str, Any], result_file: Path) -> None:
-    """Convert once; write what the parent reports as JSON."""
+def child_main(job: dict[str, Any]) -> None:
+    """Convert once; write what the parent reports as JSON to job["result"]."""
     profile = cProfile.Profile() if job["profile"] else None
     rusage = resource.getrusage
     self0, thread0, start = rusage(resource.RUSAGE_SELF), time.thread_time(), time.perf_counter()
-    if profile is not None:
-        profile.enable()
-    result = convert(job["kind"], job["src"], job["out"], job["workers"], job["tokenizer"])
-    if profile is not None:
-        profile.disable()
+    with profile or contextlib.nullcontext():
+        result = convert(job["kind"], job["src"], job["out"], job["workers"], job["tokenizer"])
     wall = time.perf_counter() - start
     main_thread = time.thread_time() - thread0
     this, kids = rusage(resource.RUSAGE_SELF), rusage(resource.RUSAGE_CHILDREN)
@@ -122,17 +117,18 @@ def child_main(job: dict[str, Any], result_file: Path) -> None:
               "rejects": len(result.rejects)}
     if profile is not None:
         answer["profile"] = top_functions(profile, wall)
-    result_file.write_text(json.dumps(answer))
+    Path(job["result"]).write_text(json.dumps(answer))
 
 
 def run_once(kind: str, src: Path, workers: int, work_dir: Path, tokenizer: str,
              profile: bool = False) -> dict[str, Any]:
-    out = fresh_dir(work_dir / f"{kind}-{workers}")
+    out, result = fresh_dir(work_dir / f"{kind}-{workers}"), work_dir / "result.json"
     job = {"kind": kind, "src": str(src), "out": str(out / "out"), "workers": workers,
-           "tokenizer": tokenizer, "profile": profile}
-    result = work_dir / "result.json"
-    record = run_child(["-m", "benchmarks.bench_scaling", "--one", json.dumps(job), "--result",
-                        str(result)], result, work_dir / "log.txt", child_env())
+           "tokenizer": tokenizer, "profile": profile, "result": str(result)}
+    # The child finds this script with the checkout on its path, wherever this one started.
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    record = run_child(["-m", "benchmarks.bench_scaling", "--one", json.dumps(job)], result,
+                       work_dir / "log.txt", {"PYTHONPATH": path})
     return {**record, "rate": record["inputs"] / record["seconds"]}
 
 
@@ -249,7 +245,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--work-dir", type=Path, default=BENCH_DATA / "scaling-runs",
         help="where the runs write their output (emptied for each run)")
     add("--one", help=argparse.SUPPRESS)  # internal: one run, in this process
-    add("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.kinds = [k for k in args.kinds.split(",") if k]
     if not args.kinds or set(args.kinds) - set(KINDS):
@@ -262,17 +257,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def prepare(args: argparse.Namespace) -> tuple[dict[str, Path], list[str]]:
     inputs, described = {}, []
     if "images" in args.kinds:
-        inputs["images"] = photos(args.photos, args.count)
-        files = [p for p in inputs["images"].rglob("*") if p.is_file()]
-        described.append(f"{len(files)} photos in {inputs['images']}")
+        src = inputs["images"] = photos(args.photos, args.count)
+        described.append(f"{len(fixtures.list_photos(src))} photos in {src}")
     args.tokenizer_spec = "bytes"
     if "text" in args.kinds:
         try:
-            args.tokenizer_spec, name = resolve_tokenizer(args.tokenizer, BENCH_DATA)
+            args.tokenizer_spec, name = fixtures.resolve_tokenizer(args.tokenizer, BENCH_DATA)
         except ArgumentError as exc:
             raise SystemExit(f"--{exc}") from None
         inputs["text"] = corpus = ensure_jsonl_corpus(args.text_mb)
-        size = warm_page_cache(sorted(corpus.glob("*.jsonl")))
+        size = fixtures.warm_page_cache(sorted(corpus.glob("*.jsonl")))
         described.append(f"{size / 1e6:.0f} MB of JSONL in {corpus}, {name} tokenizer")
     return inputs, described
 
@@ -280,9 +274,10 @@ def prepare(args: argparse.Namespace) -> tuple[dict[str, Path], list[str]]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.one:
-        child_main(json.loads(args.one), args.result)
+        child_main(json.loads(args.one))
         return 0
-    info = announce()
+    info = describe()
+    print(f"Machine: {machine_line(info)}", flush=True)
     (inputs, described), prepare_s = timed(lambda: prepare(args))
     work_dir = fresh_dir(args.work_dir)
     results, bench_s = timed(lambda: {

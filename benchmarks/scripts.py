@@ -1,43 +1,24 @@
-"""What the scripts left in benchmarks/ share beyond datapipe.suite: their data and results
-folders (under the current directory, as `datapipe bench --suite` keeps them), the machine line
-they start with, the photos they convert, and printing and saving a report."""
+"""What the scripts left in benchmarks/ share beyond datapipe.suite: their folders (under the
+current directory, as `datapipe bench --suite` keeps them), --photos, and saving a report."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from datapipe.suite.fixtures import ensure_photos
-from datapipe.suite.machine import describe, machine_line
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout these scripts run from
 BENCH_DATA = Path("bench-data")
 BENCH_RESULTS = Path("bench-results")
 
 
-def announce() -> dict[str, Any]:
-    """The machine and versions (datapipe.suite.machine.describe), printed as a first line."""
-    info = describe()
-    print(f"Machine: {machine_line(info)}", flush=True)
-    return info
-
-
-def child_env() -> dict[str, str]:
-    """A `python -m benchmarks.NAME` child's environment: the checkout on PYTHONPATH, so that
-    it finds the script wherever the parent was started from."""
-    return {"PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT),
-                                                        os.environ.get("PYTHONPATH"))))}
-
-
 def photos(given: Path | None, count: int) -> Path:
     """--photos if given (an ImageFolder), else bench-data/photos-COUNT, made if missing."""
-    if given is None:
-        return ensure_photos(BENCH_DATA, count)
-    if not given.is_dir():
+    if given is not None and not given.is_dir():
         raise SystemExit(f"--photos {given}: not a directory")
-    return given
+    return given or ensure_photos(BENCH_DATA, count)
 
 
 def publish(stem: str, report: str, data: dict[str, Any],
