@@ -1,6 +1,6 @@
 """The profiler against the truth on a GPU: its starvation figure beside 1 - img/s / synthetic.
 
-    .venv/bin/python -m benchmarks.bench_profiler_gpu [--photos DIR | --shards DIR]
+    python -m benchmarks.bench_profiler_gpu [--photos DIR | --shards DIR]
         [--models resnet18,resnet50] [--decoders cpu,dali] [--steps 200] [--batch-size 256]
         [--workers N] [--sync-every 10] [--require-cuda]
 
@@ -38,8 +38,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.scripts import BENCH_DATA, announce, photos, publish
+from benchmarks.scripts import BENCH_DATA, photos, publish
 from datapipe.suite.fixtures import BATCH, CROP, ensure_form, photo_stats, warm_page_cache
+from datapipe.suite.machine import describe, machine_line
 from datapipe.suite.report import markdown_table
 from datapipe.suite.runner import one_line, timed
 from datapipe.system import available_cores
@@ -73,8 +74,8 @@ def judge(row: dict[str, Any]) -> dict[str, Any]:
     """The row with its truth, the profiler's error in points, and whether the goals hold."""
     truth = truth_fraction(row["real_ips"], row["synthetic_ips"])
     error = row["profiler"] - truth
-    verdict_ok = row["regime"] == "compute-bound" if truth < COMPUTE_BOUND_BELOW else \
-        row["regime"] == "input-bound"
+    verdict_ok = row["regime"] == ("compute-bound" if truth < COMPUTE_BOUND_BELOW else
+                                   "input-bound")
     return {**row, "truth": truth, "error": error,
             "within_goal": abs(error) <= GOAL_POINTS and verdict_ok}
 
@@ -170,10 +171,10 @@ def profiled_run(job: Job, decode: str, step: TrainStep) -> dict[str, Any]:
         images_per_second(source, step, job, after=prof.step)
         source.close()  # ends the profiled iteration before the profile is read
     r = prof.results()
+    oracle = r["probes"].get("oracle") or {}
     return {"profiler": r["exposed_input_fraction"], "host": r["host_exposed_input_fraction"],
             "timing": r["timing"], "regime": r["verdict"]["regime"],
-            "verdict": r["verdict"]["text"], "oracle": (r["probes"].get("oracle") or {}).get(
-                "text"), "blame": r["blame"]}
+            "verdict": r["verdict"]["text"], "oracle": oracle.get("text"), "blame": r["blame"]}
 
 
 def measure_model(model_name: str, decoders: list[str], job: Job) -> list[dict[str, Any]]:
@@ -286,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print(SKIP_LINE, file=sys.stderr if args.require_cuda else sys.stdout)
         return NO_CUDA_EXIT if args.require_cuda else 0
-    info = announce()  # with the GPU's name
+    info = describe()  # with the GPU's name
+    print(f"Machine: {machine_line(info)}", flush=True)
     (shards, data), prep_s = timed(lambda: prepare_shards(args))
     job = Job(str(shards), args.workers, args.steps, args.batch_size, args.sync_every)
     rows, bench_s = timed(lambda: [row for model in _names(args.models)
