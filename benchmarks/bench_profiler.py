@@ -15,20 +15,16 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import numpy as np
 import torch
 
 import datapipe as dp
-from benchmarks.common import (
-    machine,
-    machine_line,
-    markdown_table,
-    median,
-    verdict,
-    write_results,
-)
+from benchmarks.scripts import publish
+from datapipe.suite.machine import describe, machine_line
+from datapipe.suite.report import markdown_table
 
 
 def busy(seconds: float) -> None:
@@ -63,12 +59,7 @@ def make_tokens(root: Path, documents: int) -> Path:
     rng = np.random.default_rng(0)
     text = "".join("word " * int(n) + "\n" for n in rng.integers(5, 60, size=documents))
     (root / "a.txt").write_text(text)
-    try:
-        dp.cli.main(["convert", "text", str(root / "a.txt"), str(root / "t"), "--tokenizer",
-                     "bytes"])
-    except SystemExit as exc:
-        if exc.code:
-            raise
+    dp.cli.main(["convert", "text", str(root / "a.txt"), str(root / "t"), "--tokenizer", "bytes"])
     return root / "t"
 
 
@@ -91,6 +82,7 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    info = describe()
     step_s = args.step_ms / 1000
     batches = [{"x": torch.zeros(8)} for _ in range(args.steps)]
     rows = []
@@ -109,10 +101,10 @@ def main() -> None:
                          f"{(profiled - plain) * 1e6:.1f}", f"{overhead:.2%}",
                          f"{report_s * 1e3:.1f} ({spread:.2%})"])
     worst = max(float(r[5].rstrip("%")) for r in rows)
-    info = machine()
     md = "\n".join([
         "# Profiler overhead", "",
-        f"**Worst case: {worst:.2f}% of step time (goal < 2%: {verdict(worst < 2)}).**", "",
+        f"**Worst case: {worst:.2f}% of step time (goal < 2%: "
+        f"{'met' if worst < 2 else 'NOT met'}).**", "",
         f"Machine: {machine_line(info)}", "",
         f"Loops of ~{args.step_ms:g} ms busy steps, median of {args.repeats} interleaved "
         "repeats.", "",
@@ -120,8 +112,7 @@ def main() -> None:
                         "µs added per step", "overhead",
                         "report once, ms (spread over the loop's steps)"],
                        rows), ""])
-    print(md)
-    write_results("profiler", md, {"machine": info, "rows": rows, "worst_percent": worst})
+    publish("profiler", md, {"machine": info, "rows": rows, "worst_percent": worst})
 
 
 if __name__ == "__main__":

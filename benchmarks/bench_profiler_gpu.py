@@ -1,6 +1,6 @@
 """The profiler against the truth on a GPU: its starvation figure beside 1 - img/s / synthetic.
 
-    .venv/bin/python -m benchmarks.bench_profiler_gpu [--photos DIR | --shards DIR]
+    python -m benchmarks.bench_profiler_gpu [--photos DIR | --shards DIR]
         [--models resnet18,resnet50] [--decoders cpu,dali] [--steps 200] [--batch-size 256]
         [--workers N] [--sync-every 10] [--require-cuda]
 
@@ -20,8 +20,8 @@ truth is under its 5% threshold (resnet50 with decode="cpu" on an H100 is ~1%). 
 drained at both ends. The host-side figure (what the profiler said before it read the GPU)
 is shown beside them.
 
-The job: the photos of bench_loader.py converted by `datapipe convert images` (bench_gpu's
-cached shards), RandomResizedCrop(224) | HorizontalFlip | Normalize(bfloat16), full batches.
+The job: the suite's photos converted by `datapipe convert images` (the images group's cached
+shards), RandomResizedCrop(224) | HorizontalFlip | Normalize(bfloat16), full batches.
 Without CUDA it prints "no CUDA device: profiler GPU check skipped" and exits 0 (2 with
 --require-cuda), importing neither torchvision nor DALI. Saves bench-results/profiler-gpu.md
 and .json.
@@ -38,9 +38,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import announce_machine, cores, markdown_table, publish, timed
-from benchmarks.fixtures import BATCH, CROP, prepare_shards
-from benchmarks.runs import one_line
+from benchmarks.scripts import BENCH_DATA, photos, publish
+from datapipe.suite.fixtures import BATCH, CROP, ensure_form, photo_stats, warm_page_cache
+from datapipe.suite.machine import describe, machine_line
+from datapipe.suite.report import markdown_table
+from datapipe.suite.runner import one_line, timed
+from datapipe.system import available_cores
 
 SKIP_LINE = "no CUDA device: profiler GPU check skipped"
 NO_CUDA_EXIT = 2  # with --require-cuda
@@ -71,8 +74,8 @@ def judge(row: dict[str, Any]) -> dict[str, Any]:
     """The row with its truth, the profiler's error in points, and whether the goals hold."""
     truth = truth_fraction(row["real_ips"], row["synthetic_ips"])
     error = row["profiler"] - truth
-    verdict_ok = row["regime"] == "compute-bound" if truth < COMPUTE_BOUND_BELOW else \
-        row["regime"] == "input-bound"
+    verdict_ok = row["regime"] == ("compute-bound" if truth < COMPUTE_BOUND_BELOW else
+                                   "input-bound")
     return {**row, "truth": truth, "error": error,
             "within_goal": abs(error) <= GOAL_POINTS and verdict_ok}
 
@@ -168,10 +171,10 @@ def profiled_run(job: Job, decode: str, step: TrainStep) -> dict[str, Any]:
         images_per_second(source, step, job, after=prof.step)
         source.close()  # ends the profiled iteration before the profile is read
     r = prof.results()
+    oracle = r["probes"].get("oracle") or {}
     return {"profiler": r["exposed_input_fraction"], "host": r["host_exposed_input_fraction"],
             "timing": r["timing"], "regime": r["verdict"]["regime"],
-            "verdict": r["verdict"]["text"], "oracle": (r["probes"].get("oracle") or {}).get(
-                "text"), "blame": r["blame"]}
+            "verdict": r["verdict"]["text"], "oracle": oracle.get("text"), "blame": r["blame"]}
 
 
 def measure_model(model_name: str, decoders: list[str], job: Job) -> list[dict[str, Any]]:
@@ -198,22 +201,15 @@ def measure_model(model_name: str, decoders: list[str], job: Job) -> list[dict[s
 # ---------------------------------------------------------------- the report
 
 
-def _pct(value: float) -> str:
-    return f"{value:.1%}"
-
-
 def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
-    out = []
-    for r in rows:
+    def figures(r: dict[str, Any]) -> list[str]:
         if "error_text" in r:
-            out.append([r["model"], r["decode"], f"{r['synthetic_ips']:,.0f}", "–", "–", "–",
-                        "–", "–", f"failed: {r['error_text']}", "–"])
-            continue
-        out.append([r["model"], r["decode"], f"{r['synthetic_ips']:,.0f}",
-                    f"{r['real_ips']:,.0f}", _pct(r["truth"]), _pct(r["profiler"]),
-                    f"{r['error'] * 100:+.1f}", _pct(r["host"]), r["regime"],
-                    "yes" if r["within_goal"] else "NO"])
-    return out
+            return [*["–"] * 5, f"failed: {r['error_text']}", "–"]
+        return [f"{r['real_ips']:,.0f}", f"{r['truth']:.1%}", f"{r['profiler']:.1%}",
+                f"{r['error'] * 100:+.1f}", f"{r['host']:.1%}", r["regime"],
+                "yes" if r["within_goal"] else "NO"]
+
+    return [[r["model"], r["decode"], f"{r['synthetic_ips']:,.0f}", *figures(r)] for r in rows]
 
 
 def render(info: dict[str, Any], job: Job, rows: list[dict[str, Any]]) -> str:
@@ -245,18 +241,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
     add("--photos", type=Path, help="existing ImageFolder (default: bench-data/photos-COUNT, "
-        "made with tools/make_photos.py if missing), converted once and cached")
-    add("--count", type=int, default=2000, help="photos to make without --photos (2000, "
-        "bench_gpu's set)")
+        "made if missing), converted once and cached")
+    add("--count", type=int, default=2000, help="photos to make without --photos (2000)")
     add("--shards", type=Path, help="an existing `datapipe convert images` output")
     add("--models", default="resnet18,resnet50", help="torchvision models, comma-separated")
     add("--decoders", default="cpu,dali", help="comma-separated: cpu, dali")
     add("--steps", type=int, default=200, help="timed steps per run (200)")
     add("--batch-size", type=int, default=BATCH, help=f"images per batch ({BATCH})")
-    add("--workers", type=int, default=cores(), help="loader processes or DALI threads "
+    add("--workers", type=int, default=available_cores(), help="loader processes or DALI threads "
         "(all cores)")
-    add("--sync-every", type=int, default=10, help="read the loss every N steps; 0: never "
-        "(10)")
+    add("--sync-every", type=int, default=10, help="read the loss every N steps; 0: never (10)")
     add("--require-cuda", action="store_true", help=f"exit {NO_CUDA_EXIT} instead of 0 "
         "when there is no CUDA device")
     args = parser.parse_args(argv)
@@ -272,26 +266,35 @@ def _names(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
-def cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
+def prepare_shards(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
+    """--shards, or the cached `datapipe convert images` of the photos; page-cached."""
+    if args.shards is not None:
+        if not args.shards.is_dir():
+            raise SystemExit(f"--shards {args.shards}: not a directory")
+        shards, about = args.shards, {"path": str(args.shards)}
+    else:
+        src = photos(args.photos, args.count)
+        record = ensure_form("images", "datapipe", src, BENCH_DATA, args.workers)
+        shards, about = Path(record["path"]), {**photo_stats(src), "shards": record["path"]}
+    warm_page_cache(sorted(shards.rglob("*")))
+    return shards, about
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not cuda_available():
-        print(SKIP_LINE, file=sys.stderr if args.require_cuda else sys.stdout)
-        return NO_CUDA_EXIT if args.require_cuda else 0
     import torch
 
-    info = {**announce_machine(), "gpu": torch.cuda.get_device_name()}
+    if not torch.cuda.is_available():
+        print(SKIP_LINE, file=sys.stderr if args.require_cuda else sys.stdout)
+        return NO_CUDA_EXIT if args.require_cuda else 0
+    info = describe()  # with the GPU's name
+    print(f"Machine: {machine_line(info)}", flush=True)
     (shards, data), prep_s = timed(lambda: prepare_shards(args))
     job = Job(str(shards), args.workers, args.steps, args.batch_size, args.sync_every)
     rows, bench_s = timed(lambda: [row for model in _names(args.models)
                                    for row in measure_model(model, _names(args.decoders), job)])
     publish("profiler-gpu", render(info, job, rows), {
-        "machine": info, "job": asdict(job), "data": data, "rows": rows}, prep_s, bench_s)
+        "machine": info, "job": asdict(job), "data": data, "rows": rows}, (prep_s, bench_s))
     return 0
 
 

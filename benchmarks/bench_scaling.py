@@ -1,50 +1,43 @@
 """Conversion scaling: `convert images` and `convert text` at 1, 2, 4, ... workers.
 
-    .venv/bin/python -m benchmarks.bench_scaling [--workers 1,2,4,8,16] [--repeats 3]
-                                                 [--tokenizer wordpiece|bytes|FILE]
+    python -m benchmarks.bench_scaling [--workers 1,2,4,8,16] [--repeats 3]
+                                       [--tokenizer wordpiece|bytes|FILE]
 
-Images are the photos of bench_convert (made with tools/make_photos.py if missing), text its
-generated corpus as JSONL, tokenized by a real WordPiece vocabulary (or the bytes tokenizer,
-which leaves the workers next to nothing to do: the writing process's share at its largest).
-Every run is a fresh Python process converting into a fresh directory; the median of the
-repeats counts. For each worker count: the rate, the parallel efficiency against 1 worker
-(rate(W) / (W x rate(1))), the CPU seconds of the writing (main) process (its main thread apart
-from its other threads: shard writer, pool plumbing) and of the workers, the cores busy, and
-whether the shards are byte-identical to 1 worker's (their hashes in the manifest). What
-serialises shows as the main process's busy share of the wall time: near 100 %, it is the
-bottleneck. One more run per kind, at the most workers, profiles the main thread with cProfile
-(not timed) to say where that time goes. Saves bench-results/scaling.md and .json.
+Images are the suite's photos (bench-data/photos-COUNT, made if missing), text its generated
+corpus as JSONL, tokenized by a real WordPiece vocabulary (or the bytes tokenizer, which leaves
+the workers next to nothing to do: the writing process's share at its largest). Every run is a
+fresh Python process converting into a fresh directory; the median of the repeats counts. For
+each worker count: the rate, the parallel efficiency against 1 worker (rate(W) / (W x
+rate(1))), the CPU seconds of the writing (main) process (its main thread apart from its other
+threads: shard writer, pool plumbing) and of the workers, the cores busy, and whether the
+shards are byte-identical to 1 worker's (their hashes in the manifest). What serialises shows
+as the main process's busy share of the wall time: near 100 %, it is the bottleneck. One more
+run per kind, at the most workers, profiles the main thread with cProfile (not timed) to say
+where that time goes. Saves bench-results/scaling.md and .json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import json
+import os
 import pstats
 import resource
+import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    BENCH_DATA,
-    announce_machine,
-    build_once,
-    cores,
-    fresh_dir,
-    git_revision,
-    goal_verdict,
-    machine_line,
-    markdown_table,
-    median,
-    publish,
-    run_child,
-    timed,
-    warm_page_cache,
-)
-from benchmarks.fixtures import ensure_corpus, ensure_photos, resolve_tokenizer
+from benchmarks.scripts import BENCH_DATA, ROOT, photos, publish
+from datapipe.errors import ArgumentError
+from datapipe.suite import fixtures
+from datapipe.suite.machine import describe, machine_line
+from datapipe.suite.report import goal_verdict, markdown_table
+from datapipe.suite.runner import fresh_dir, run_child, timed
+from datapipe.system import available_cores
 
 KINDS = ("images", "text")
 GOAL_EFFICIENCY = 0.8
@@ -54,11 +47,7 @@ SHORT_SIDE = 256
 
 def default_workers(available: int) -> list[int]:
     """1, 2, 4, ... up to the cores, and the cores themselves."""
-    counts, w = [], 1
-    while w < available:
-        counts.append(w)
-        w *= 2
-    return [*counts, available]
+    return [*(1 << i for i in range(available.bit_length()) if 1 << i < available), available]
 
 
 def parse_workers(text: str) -> list[int]:
@@ -71,20 +60,16 @@ def parse_workers(text: str) -> list[int]:
     return counts if counts[0] == 1 else [1, *counts]  # efficiency is against 1 worker
 
 
-# ---------------------------------------------------------------- inputs
-
-
 def ensure_jsonl_corpus(megabytes: int) -> Path:
-    """bench_convert's corpus, a {"text": ...} object a line."""
-    corpus = ensure_corpus(megabytes)
+    """The suite's corpus, a {"text": ...} object a line."""
+    corpus = fixtures.ensure_corpus(BENCH_DATA, megabytes)
 
     def build(into: Path) -> None:
         for path in sorted(corpus.glob("*.txt")):
-            lines = path.read_text().splitlines()
-            (into / f"{path.stem}.jsonl").write_text(
-                "".join(json.dumps({"text": line}) + "\n" for line in lines))
+            (into / f"{path.stem}.jsonl").write_text("".join(
+                json.dumps({"text": line}) + "\n" for line in path.read_text().splitlines()))
 
-    return build_once(BENCH_DATA / f"text-{megabytes}MB-jsonl",
+    return fixtures.build_once(BENCH_DATA / f"text-{megabytes}MB-jsonl",
                       f"writing {corpus} as JSONL ...", build)
 
 
@@ -115,16 +100,13 @@ def top_functions(profile: cProfile.Profile, wall: float) -> list[dict[str, Any]
              "seconds": round(t, 3), "share": t / wall} for t, calls, f in rows]
 
 
-def child_main(job: dict[str, Any], result_file: Path) -> None:
-    """Convert once; write what the parent reports as JSON."""
+def child_main(job: dict[str, Any]) -> None:
+    """Convert once; write what the parent reports as JSON to job["result"]."""
     profile = cProfile.Profile() if job["profile"] else None
     rusage = resource.getrusage
     self0, thread0, start = rusage(resource.RUSAGE_SELF), time.thread_time(), time.perf_counter()
-    if profile is not None:
-        profile.enable()
-    result = convert(job["kind"], job["src"], job["out"], job["workers"], job["tokenizer"])
-    if profile is not None:
-        profile.disable()
+    with profile or contextlib.nullcontext():
+        result = convert(job["kind"], job["src"], job["out"], job["workers"], job["tokenizer"])
     wall = time.perf_counter() - start
     main_thread = time.thread_time() - thread0
     this, kids = rusage(resource.RUSAGE_SELF), rusage(resource.RUSAGE_CHILDREN)
@@ -135,19 +117,19 @@ def child_main(job: dict[str, Any], result_file: Path) -> None:
               "rejects": len(result.rejects)}
     if profile is not None:
         answer["profile"] = top_functions(profile, wall)
-    result_file.write_text(json.dumps(answer))
+    Path(job["result"]).write_text(json.dumps(answer))
 
 
 def run_once(kind: str, src: Path, workers: int, work_dir: Path, tokenizer: str,
              profile: bool = False) -> dict[str, Any]:
-    out = fresh_dir(work_dir / f"{kind}-{workers}")
+    out, result = fresh_dir(work_dir / f"{kind}-{workers}"), work_dir / "result.json"
     job = {"kind": kind, "src": str(src), "out": str(out / "out"), "workers": workers,
-           "tokenizer": tokenizer, "profile": profile}
-    record = run_child(["-m", "benchmarks.bench_scaling", "--one", json.dumps(job), "--result",
-                        str(work_dir / "result.json")],
-                       work_dir / "result.json", work_dir / "log.txt")
-    record["rate"] = record["inputs"] / record["seconds"]
-    return record
+           "tokenizer": tokenizer, "profile": profile, "result": str(result)}
+    # The child finds this script with the checkout on its path, wherever this one started.
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    record = run_child(["-m", "benchmarks.bench_scaling", "--one", json.dumps(job)], result,
+                       work_dir / "log.txt", {"PYTHONPATH": path})
+    return {**record, "rate": record["inputs"] / record["seconds"]}
 
 
 # ---------------------------------------------------------------- summarising
@@ -156,10 +138,8 @@ def run_once(kind: str, src: Path, workers: int, work_dir: Path, tokenizer: str,
 def summarise(runs: list[dict[str, Any]], workers: int, base_rate: float | None,
               base_shards: list[str] | None) -> dict[str, Any]:
     """The median run's figures (by rate) at one worker count."""
-    ordered = sorted(runs, key=lambda r: r["rate"])
-    mid = ordered[len(ordered) // 2]
-    wall = mid["seconds"]
-    rate = median([r["rate"] for r in runs])
+    mid = sorted(runs, key=lambda r: r["rate"])[len(runs) // 2]
+    wall, rate = mid["seconds"], statistics.median(r["rate"] for r in runs)
     return {
         "workers": workers, "rate": rate, "seconds": wall, "repeats": len(runs),
         "efficiency": rate / (workers * base_rate) if base_rate else 1.0,
@@ -183,9 +163,8 @@ def measure_kind(kind: str, src: Path, counts: list[int], repeats: int,
             print(f"  {kind} workers={workers} run {repeat + 1}: "
                   f"{runs[-1]['rate']:.0f}/s", flush=True)
         base_shards = base_shards or runs[0]["shards"]
-        row = summarise(runs, workers, base_rate, base_shards)
-        base_rate = base_rate or row["rate"]
-        rows.append(row)
+        rows.append(summarise(runs, workers, base_rate, base_shards))
+        base_rate = base_rate or rows[-1]["rate"]
     data: dict[str, Any] = {"rows": rows}
     if profile:
         print(f"  {kind} workers={counts[-1]}: profiling the main thread", flush=True)
@@ -218,19 +197,17 @@ def kind_table(kind: str, data: dict[str, Any]) -> str:
 def profile_table(data: dict[str, Any]) -> str:
     rows = [[p["function"], p["calls"], f"{p['seconds']:.2f} s", _pct(p["share"])]
             for p in data["profile"]]
-    return markdown_table(["main-thread function (own time)", "calls", "time",
-                           "of wall"], rows)
+    return markdown_table(["main-thread function (own time)", "calls", "time", "of wall"], rows)
 
 
 def verdict_line(kind: str, data: dict[str, Any]) -> str:
-    last = data["rows"][-1]
-    ok = last["efficiency"] >= GOAL_EFFICIENCY and all(r["identical"] for r in data["rows"])
-    bottleneck = ("the main process is the bottleneck" if last["main_busy"] > 0.9 else
-                  "the main process is not the bottleneck")
+    last, identical = data["rows"][-1], all(r["identical"] for r in data["rows"])
+    ok = last["efficiency"] >= GOAL_EFFICIENCY and identical
+    bottleneck = "is" if last["main_busy"] > 0.9 else "is not"
     return (f"{kind}: efficiency {last['efficiency']:.2f} at {last['workers']} workers "
             f"({goal_verdict(GOAL_EFFICIENCY, ok, '')}, output identical: "
-            f"{'yes' if all(r['identical'] for r in data['rows']) else 'NO'}); main process "
-            f"busy {_pct(last['main_busy'])} of the wall time: {bottleneck}.")
+            f"{'yes' if identical else 'NO'}); main process busy {_pct(last['main_busy'])} of "
+            f"the wall time: the main process {bottleneck} the bottleneck.")
 
 
 def render(info: dict[str, Any], meta: dict[str, Any], results: dict[str, Any]) -> str:
@@ -243,8 +220,7 @@ def render(info: dict[str, Any], meta: dict[str, Any], results: dict[str, Any]) 
         parts += [f"## {kind}", "", kind_table(kind, data), "", verdict_line(kind, data), ""]
         if data.get("profile"):
             parts += [f"Where the main thread spends its time at {data['profile_workers']} "
-                      "workers (cProfile, a separate untimed run):", "", profile_table(data),
-                      ""]
+                      "workers (cProfile, a separate untimed run):", "", profile_table(data), ""]
     return "\n".join(parts)
 
 
@@ -254,7 +230,7 @@ def render(info: dict[str, Any], meta: dict[str, Any], results: dict[str, Any]) 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
-    add("--workers", type=parse_workers, default=default_workers(cores()),
+    add("--workers", type=parse_workers, default=default_workers(available_cores()),
         help="worker counts, comma-separated (default: 1, 2, 4, ... up to the cores)")
     add("--kinds", default="images,text", help="images, text or both (both)")
     add("--photos", type=Path, help="existing ImageFolder (default: bench-data/photos-COUNT)")
@@ -269,53 +245,48 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--work-dir", type=Path, default=BENCH_DATA / "scaling-runs",
         help="where the runs write their output (emptied for each run)")
     add("--one", help=argparse.SUPPRESS)  # internal: one run, in this process
-    add("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    kinds = [k for k in args.kinds.split(",") if k]
-    if not kinds or set(kinds) - set(KINDS):
+    args.kinds = [k for k in args.kinds.split(",") if k]
+    if not args.kinds or set(args.kinds) - set(KINDS):
         parser.error(f"--kinds: choose from {', '.join(KINDS)}")
     if min(args.repeats, args.count, args.text_mb) < 1:
         parser.error("--repeats, --count and --text-mb must be positive")
-    args.kinds = kinds
     return args
 
 
 def prepare(args: argparse.Namespace) -> tuple[dict[str, Path], list[str]]:
     inputs, described = {}, []
     if "images" in args.kinds:
-        inputs["images"] = ensure_photos(args.photos, args.count)
-        files = [p for p in inputs["images"].rglob("*") if p.is_file()]
-        described.append(f"{len(files)} photos in {inputs['images']}")
+        src = inputs["images"] = photos(args.photos, args.count)
+        described.append(f"{len(fixtures.list_photos(src))} photos in {src}")
     args.tokenizer_spec = "bytes"
     if "text" in args.kinds:
-        args.tokenizer_spec, args.tokenizer_name = resolve_tokenizer(args.tokenizer)
-        corpus = ensure_jsonl_corpus(args.text_mb)
-        inputs["text"] = corpus
-        size = warm_page_cache(sorted(corpus.glob("*.jsonl")))
-        described.append(f"{size / 1e6:.0f} MB of JSONL in {corpus}, "
-                         f"{args.tokenizer_name} tokenizer")
+        try:
+            args.tokenizer_spec, name = fixtures.resolve_tokenizer(args.tokenizer, BENCH_DATA)
+        except ArgumentError as exc:
+            raise SystemExit(f"--{exc}") from None
+        inputs["text"] = corpus = ensure_jsonl_corpus(args.text_mb)
+        size = fixtures.warm_page_cache(sorted(corpus.glob("*.jsonl")))
+        described.append(f"{size / 1e6:.0f} MB of JSONL in {corpus}, {name} tokenizer")
     return inputs, described
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.one:
-        child_main(json.loads(args.one), args.result)
+        child_main(json.loads(args.one))
         return 0
-    info = announce_machine()
+    info = describe()
+    print(f"Machine: {machine_line(info)}", flush=True)
     (inputs, described), prepare_s = timed(lambda: prepare(args))
     work_dir = fresh_dir(args.work_dir)
-
-    def measure_all() -> dict[str, Any]:
-        return {kind: measure_kind(kind, inputs[kind], args.workers, args.repeats, work_dir,
-                                   args.tokenizer_spec, not args.no_profile)
-                for kind in args.kinds}
-
-    results, bench_s = timed(measure_all)
-    meta = {"revision": git_revision(), "repeats": args.repeats, "inputs": described,
+    results, bench_s = timed(lambda: {
+        kind: measure_kind(kind, inputs[kind], args.workers, args.repeats, work_dir,
+                           args.tokenizer_spec, not args.no_profile) for kind in args.kinds})
+    meta = {"revision": info["revision"], "repeats": args.repeats, "inputs": described,
             "workers": args.workers}
     publish("scaling", render(info, meta, results),
-            {"machine": info, "meta": meta, "results": results}, prepare_s, bench_s)
+            {"machine": info, "meta": meta, "results": results}, (prepare_s, bench_s))
     return 0 if all(r["identical"] for d in results.values() for r in d["rows"]) else 1
 
 

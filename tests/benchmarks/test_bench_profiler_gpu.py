@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from benchmarks import bench_profiler_gpu as bench
-from benchmarks.common import REPO
+from benchmarks.scripts import ROOT
 from tests.conftest import convert
 from tests.imagegen import make_image_folder
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
     """The script as a user runs it, with every GPU hidden (so also on a CUDA machine)."""
-    return subprocess.run([sys.executable, "-m", bench.__name__, *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", bench.__name__, *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
 
