@@ -128,14 +128,17 @@ def sentence(rng: random.Random, cumulative: list[float]) -> str:
     return " ".join(words).capitalize() + rng.choice((".", ".", ".", ".", "?", "!"))
 
 
-def write_corpus(out: Path, megabytes: int, files: int = 4, seed: int = 0) -> None:
-    """`files` .txt files, a document (4-12 sentences) a line; same arguments, same bytes."""
+def write_corpus(out: Path, megabytes: int, files: int = 4, seed: int = 0,
+                 document: Callable[[random.Random, list[float]], str] | None = None) -> None:
+    """`files` .txt files, a document a line: 4-12 sentences, or document(rng, cumulative
+    weights); same arguments, same bytes."""
     rng, cumulative = random.Random(seed), zipf_cumulative()
     per_file = megabytes * 1_000_000 // files
     for index in range(files):
         lines, size = [], 0
         while size < per_file:
-            line = " ".join(sentence(rng, cumulative) for _ in range(rng.randint(4, 12)))
+            line = document(rng, cumulative) if document else \
+                " ".join(sentence(rng, cumulative) for _ in range(rng.randint(4, 12)))
             lines.append(line)
             size += len(line) + 1
         (out / f"corpus-{index:02d}.txt").write_text("\n".join(lines) + "\n")
