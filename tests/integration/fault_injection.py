@@ -15,6 +15,7 @@ bench-results/fault_injection.md and .json.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import select
@@ -25,14 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    BENCH_DATA,
-    announce_machine,
-    build_once,
-    markdown_table,
-    verdict,
-    write_results,
-)
+from datapipe.suite.fixtures import build_once
+from datapipe.suite.machine import describe, machine_line
+from datapipe.suite.report import markdown_table
 
 GONE_WITHIN_S = 1.0  # the goal: workers die this soon after their parent
 LOOK_FOR_S = 5.0  # how long to watch for survivors before counting them as left behind
@@ -196,7 +192,7 @@ def report(records: list[dict[str, Any]], summary: dict[str, Any]) -> tuple[str,
             f"(goal <= {GONE_WITHIN_S:.0f} s), {summary['survivor_rss_mb']:.0f} MB RSS and "
             f"{summary['survivor_memfd_mb']:.0f} MB of batch buffers held, "
             f"{len(summary['new_shm'])} new /dev/shm entries (any program's). "
-            f"Goal (nothing left behind): {verdict(ok)}")
+            f"Goal (nothing left behind): {'met' if ok else 'NOT met'}")
     return f"# Fault injection: SIGKILL of a training process\n\n{table}\n\n{line}", ok
 
 
@@ -211,12 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=20, help="rounds (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="for the random delays")
-    parser.add_argument("--data", type=Path, default=BENCH_DATA / "fault-injection",
+    parser.add_argument("--data", type=Path, default=Path("bench-data", "fault-injection"),
                         help="where the generated dataset is kept")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"),
+                        help="where fault_injection.md and .json are written")
     args = parser.parse_args(argv)
     if args.kills < 1:
         parser.error(f"--kills must be >= 1, got {args.kills}")
-    info = announce_machine()
+    info = describe()
+    print(f"Machine: {machine_line(info)}", flush=True)
     data = build_once(args.data, "making a 256-photo dataset ...", make_dataset) / "images"
     rng = random.Random(args.seed)
     records = []
@@ -229,8 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(records)
     text, ok = report(records, summary)
     print("\n" + text)
-    md, js = write_results("fault_injection", text, {"machine": info, "kills": records,
-                                                      "summary": summary, "goal_met": ok})
+    args.out.mkdir(parents=True, exist_ok=True)
+    md, js = args.out / "fault_injection.md", args.out / "fault_injection.json"
+    md.write_text(text + "\n")
+    js.write_text(json.dumps({"machine": info, "kills": records, "summary": summary,
+                              "goal_met": ok}, indent=2) + "\n")
     print(f"\nsaved {md} and {js}")
     return 0 if ok else 1
 

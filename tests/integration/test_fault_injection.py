@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import common
 from tests.integration import fault_injection
 
 
@@ -15,8 +14,8 @@ from tests.integration import fault_injection
 def test_two_kills_leave_no_worker_and_no_memory_behind(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(common, "BENCH_RESULTS", tmp_path / "results")
-    code = fault_injection.main(["--kills", "2", "--data", str(tmp_path / "data")])
+    code = fault_injection.main(["--kills", "2", "--data", str(tmp_path / "data"),
+                                 "--out", str(tmp_path / "results")])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "Goal (nothing left behind): met" in out
