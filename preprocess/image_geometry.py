@@ -18,7 +18,7 @@ _TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
               8: Image.Transpose.ROTATE_90}
 # How much larger than the target the reduced image must stay, per DCT scale. 1/2 and 1/4 run
 # true reduced IDCTs; a reduced image as large as the target, resized with Lanczos from its
-# exact box, is within 0.3 dB of a full decode at the median (benchmarks/bench_convert.py),
+# exact box, is within 0.3 dB of a full decode at the median (the suite's convert group),
 # where a 2x margin would cost 0.6x the speed. 1/8 keeps only each block's average, which
 # aliases fine detail (down to 23 dB on fine stripes), so it needs a 2x margin.
 DCT_MARGINS = {8: 2, 4: 1, 2: 1}

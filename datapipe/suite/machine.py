@@ -55,12 +55,12 @@ def pil_description() -> str:
     return f"{pil['build']} {pil['version']} ({turbo})"
 
 
-def revision() -> str:
-    """The measured code: the checkout's commit ("+changes" when its tree differs), or the
-    installed version where datapipe does not run from a git checkout."""
+def revision(root: Path | None = None) -> str:
+    """The measured code: the checkout's (or `root`'s) commit ("+changes" when its tree
+    differs), or the installed version where datapipe does not run from a git checkout."""
     import datapipe
 
-    root = Path(datapipe.__file__).resolve().parent.parent
+    root = root or Path(datapipe.__file__).resolve().parent.parent
 
     def git(*args: str) -> str:
         result = subprocess.run(["git", "-C", str(root), *args], capture_output=True,
