@@ -33,6 +33,7 @@ CHILD_FAILURES = (RuntimeError, OSError, subprocess.TimeoutExpired)
 CHILD_ENV = {"LITDATA_DISABLE_VERSION_CHECK": "1", "HF_HUB_OFFLINE": "1",
              "HF_DATASETS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
 CODE_ENV = "DATAPIPE_SUITE_CODE"  # a run of a --before peer: the checkout its datapipe is from
+NO_CUDA = "skipped: no CUDA device"  # why a group (or peer) that needs one did not run
 
 Record = dict[str, Any]  # one run's measurements, as its child wrote them plus run_child's
 
@@ -78,6 +79,13 @@ def module_absent(name: str) -> bool:
         return find_spec(name) is None
     except ModuleNotFoundError:  # a dotted name whose parent package is missing altogether
         return True
+
+
+def cuda_missing() -> str | None:
+    """NO_CUDA where torch sees no CUDA device, else None: a GPU group's available()."""
+    import torch
+
+    return None if torch.cuda.is_available() else NO_CUDA
 
 
 @dataclass

@@ -35,13 +35,12 @@ from datapipe.suite.report import (
     report,
     update_readme,
 )
-from datapipe.suite.runner import GroupResult, busy_warning, run_group
+from datapipe.suite.runner import NO_CUDA, GroupResult, busy_warning, run_group
 from datapipe.system import available_cores
 
 # The groups of each suite, and the stem of each group's own report.
 SUITE_GROUPS = {"images": ("images",), "text": ("text",), "convert": ("convert",),
                 "gpu": ("gpu", "handoff")}
-NO_CUDA = "skipped: no CUDA device"
 
 
 def run(opts: Options) -> int:
@@ -77,13 +76,17 @@ def check_skip(opts: Options) -> None:
 
 def run_suite(name: str, opts: Options, info: dict[str, Any],
               groups: dict[str, Any]) -> list[Panel]:
-    """The suite's panels, each of its groups run and its own report written to OUT."""
+    """The suite's panels, each of its groups run and its own report written to OUT. A suite
+    runs whole or not at all: where one of its groups cannot run here (the gpu suite without
+    a CUDA device), its one panel says so, naming them all."""
+    members = [load_group(g) for g in SUITE_GROUPS[name]]
+    why_not = next(filter(None, (group.available(opts) for group in members)), None)
+    if why_not is not None:
+        print(f"== {name}: {why_not}", flush=True)
+        names = " and ".join(group.name for group in members)
+        return [Panel(name, members[0].title, "", [Entry(name, names, why_not)])]
     panels: list[Panel] = []
-    for group in map(load_group, SUITE_GROUPS[name]):
-        why_not = group.available(opts)
-        if why_not is not None:
-            print(f"== {group.name}: {why_not}", flush=True)
-            return [Panel(name, group.title, "", [Entry(name, group.title, why_not)])]
+    for group in members:
         print(f"== {group.name}: {group.title}", flush=True)
         result = run_group(group, opts, info)
         group_panels = group.panels(result)
