@@ -1,0 +1,11 @@
+"""Conversion, datapipe against its peers: `datapipe bench --suite convert`, from a
+checkout (`python -m benchmarks.bench_convert --repeats 5`). The suite's options apply."""
+
+from __future__ import annotations
+
+import sys
+
+from datapipe.cli import main
+
+if __name__ == "__main__":
+    main(["bench", "--suite", "convert", *sys.argv[1:]])
