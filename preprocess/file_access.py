@@ -31,6 +31,12 @@ class InputFile:
         return is_url(self.location)
 
 
+def describe_files(files: tuple[InputFile, ...]) -> str:
+    """The files as a message names them: the first two, and how many in all."""
+    names = ", ".join(f.name for f in files[:2])
+    return names if len(files) <= 2 else f"{names}, ... ({len(files)} files)"
+
+
 @functools.cache
 def remote_folder(url: str) -> RemoteDirectory:
     """One RemoteDirectory per folder of inputs and process: its connection is reused."""

@@ -12,11 +12,13 @@ RESERVED_COLUMNS = {"image", "label", "height", "width", "path"}
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def check_extra_names(src: object, names: list[str]) -> None:
+def check_extra_names(src: object, names: list[str], what: str = "column name") -> None:
     """Extra columns may not take the name of a column every image dataset has."""
     clash = RESERVED_COLUMNS.intersection(names)
     if clash:
-        raise ArgumentError(f"SRC {src}: column name {sorted(clash)[0]!r} is reserved")
+        raise ArgumentError(f"SRC {src}: {what} {sorted(clash)[0]!r} is reserved (the "
+                            f"columns {', '.join(sorted(RESERVED_COLUMNS))} every image "
+                            "dataset has)")
 
 
 def class_labels(raw: list[Any]) -> tuple[list[int | None], tuple[str, ...] | None]:
@@ -29,6 +31,17 @@ def class_labels(raw: list[Any]) -> tuple[list[int | None], tuple[str, ...] | No
         index = {c: i for i, c in enumerate(classes)}
         return [index[str(v)] for v in raw], classes
     return [v if fits_int64(v) else None for v in integers], None
+
+
+def sparse_labels(raw: list[Any], missing: str) -> tuple[list[Any], tuple[str, ...] | None]:
+    """`class_labels` where some samples have none (None in `raw`): each of those gets
+    `missing`, the reason it is rejected. When no sample has one, every label is -1."""
+    given = [value for value in raw if value is not None]
+    if not given:
+        return [-1] * len(raw), None
+    values, classes = class_labels(given)
+    kept = iter(values)
+    return [missing if value is None else next(kept) for value in raw], classes
 
 
 def typed_column(values: list[Any]) -> tuple[str, list[Any]]:
