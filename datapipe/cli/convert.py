@@ -25,8 +25,7 @@ def convert() -> None:
 
 
 @convert.command("images", context_settings=CONTEXT)
-@click.argument("src")
-@click.argument("out")
+@click.argument("sources", nargs=-1, required=True, metavar="SRC... OUT")
 @source_options
 @click.option("--short-side", default=256, show_default=True, type=int,
               help="Resize so the shorter side is this many pixels (of the image as displayed, "
@@ -51,7 +50,7 @@ def convert() -> None:
               "decompression-bomb limit.")
 @engine_options
 @output_options
-def convert_images_cmd(src: str, out: str, src_kind: str, image_field: str | None,
+def convert_images_cmd(sources: tuple[str, ...], src_kind: str, image_field: str | None,
                        label_field: str | None, short_side: int, upscale: bool, quality: int,
                        subsampling: str, keep_icc: bool, encoding: str, max_pixels: int,
                        workers: int, engine: str, address: str | None, **output: Any) -> None:
@@ -66,6 +65,9 @@ def convert_images_cmd(src: str, out: str, src_kind: str, image_field: str | Non
       (s3://bucket/shards/...);
     - Parquet files as Hugging Face datasets writes them: a .parquet, a folder of them, a
       glob ('data/train-*.parquet'), a brace range, or by URL.
+
+    Tars or Parquet files may also be given as several SRC, as the shell expands an unquoted
+    glob or brace range: they are read in the order given.
 
     A tar sample is its members that share a key (the name up to its first dot), in tar order:
     the image is its jpg (jpeg, png, webp, ...) member, the label its cls member or the "label"
@@ -89,7 +91,9 @@ def convert_images_cmd(src: str, out: str, src_kind: str, image_field: str | Non
     from preprocess.image_ops import ImageSettings
     from preprocess.images import convert_images
 
-    sources = SourceOptions(src_kind, image_field, label_field)
+    if len(sources) < 2:
+        raise click.UsageError("give SRC and then OUT")
+    *srcs, out = sources
     settings = ImageSettings(short_side=short_side, quality=quality, encoding=encoding,
                              max_pixels=max_pixels, subsampling=subsampling, upscale=upscale,
                              keep_icc=keep_icc)
@@ -97,8 +101,9 @@ def convert_images_cmd(src: str, out: str, src_kind: str, image_field: str | Non
     with open_engine(engine, workers, address) as runner:
         progress = Progress(None, "img")
         try:
-            result = convert_images(src, options, settings, runner.workers, engine=runner,
-                                    progress=progress.update_with_total, sources=sources)
+            result = convert_images("::".join(srcs), options, settings, runner.workers,
+                                    engine=runner, progress=progress.update_with_total,
+                                    sources=SourceOptions(src_kind, image_field, label_field))
         finally:
             progress.close()
     rate = result.inputs - _resumed_inputs(result)

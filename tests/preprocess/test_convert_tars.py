@@ -65,15 +65,17 @@ def test_samples_are_grouped_by_key_in_tar_order_with_label_and_extras(cli, shar
         assert ds.manifest.classes is None and ds.manifest.column("txt").type == "string"
 
 
-@pytest.mark.parametrize("form", ["folder", "glob", "list", "url"])
+@pytest.mark.parametrize("form", ["folder", "glob", "list", "url", "several"])
 def test_every_way_of_naming_the_tars_gives_the_same_dataset(cli, shards: Path, tmp_path: Path,
                                                              form: str) -> None:
     src = {"folder": str(shards), "glob": f"{shards}/*.tar",
            "list": "::".join(str(p) for p in sorted(shards.glob("*.tar"))),
-           "url": f"file://{shards}/shard-{{000000..000002}}.tar"}[form]
+           "url": f"file://{shards}/shard-{{000000..000002}}.tar", "several": ""}[form]
     assert cli("convert", "images", f"{shards}/shard-{{000000..000002}}.tar", tmp_path / "a",
                "--short-side", 32).code == 0
-    result = cli("convert", "images", src, tmp_path / "b", "--short-side", 32)
+    # "several": the tars as arguments of their own, as a shell expands an unquoted glob
+    sources = sorted(shards.glob("*.tar")) if form == "several" else [src]
+    result = cli("convert", "images", *sources, tmp_path / "b", "--short-side", 32)
     assert result.code == 0, result.err
     _same_files(tmp_path / "a", tmp_path / "b")
 
