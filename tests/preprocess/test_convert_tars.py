@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-import preprocess.file_access
 from datapipe.format import Dataset
 from preprocess.image_ops import ImageSettings
 from preprocess.images import convert_images
@@ -199,17 +198,19 @@ def test_a_file_that_is_not_a_tar_is_a_reject(cli, shards: Path, tmp_path: Path)
 
 
 @pytest.mark.parametrize("src, message", [
-    ("{tmp}/shards/shard-{{000007..000009}}.tar", "does not exist"),
+    ("{tmp}/shards/shard-{{000007..000009}}.tar", "SRC {tmp}/shards/shard-000007.tar does "
+                                                  "not exist"),
     ("{tmp}/shards/*.tar.gz", "matches no .tar/.parquet files"),
     ("{tmp}/nothing-*.tar", "matches no .tar files"),
-    ("{tmp}/shards/shard-000000.tar::{tmp}/missing.tar", "missing.tar does not exist"),
+    ("{tmp}/shards/shard-000000.tar::{tmp}/missing.tar", "SRC {tmp}/missing.tar does not exist"),
 ])
 def test_a_pattern_that_names_nothing_is_one_line(shards: Path, tmp_path: Path, src: str,
                                                   message: str) -> None:
     result = run_cli_process("convert", "images", src.format(tmp=tmp_path), tmp_path / "out",
                              timeout=60)
     assert result.returncode == 2, result.stderr
-    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert message.format(tmp=tmp_path) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 
@@ -224,6 +225,8 @@ def test_the_writing_process_reads_no_tar(shards: Path, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Listing and reading happen in the workers: this process (the one writing the shards)
     would fail here if it opened a tar."""
+    import preprocess.file_access
+
     writer = os.getpid()
 
     def only_in_workers(function):
