@@ -11,13 +11,12 @@ members are read: an image member is stepped over (a seek here; by URL the tar i
 from __future__ import annotations
 
 import json
-import os
 import re
-import tarfile
 from dataclasses import dataclass, field
 from typing import Any
 
 from preprocess.file_access import InputFile, open_forward
+from preprocess.tar_headers import Header, TarDamage, read_headers
 
 # The image extensions a sample's image is taken from by default, in order of preference.
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "jfif", "bmp", "gif", "tif", "tiff", "ppm",
@@ -28,7 +27,6 @@ MAX_TEXT_BYTES = 64 << 10  # a member this small may be text for an extra column
 _BINARY = frozenset({*IMAGE_EXTENSIONS, "npy", "npz", "pt", "pth", "pkl", "pickle", "mp3", "mp4",
                      "wav", "flac", "ogg", "webm", "avi", "gz", "bz2", "xz", "zst"})
 _META = re.compile(r"(^|/)__[^/]*__($|/)")  # WebDataset's own entries (__meta__), not samples
-_BLOCK = tarfile.BLOCKSIZE
 
 
 @dataclass(frozen=True)
@@ -69,112 +67,83 @@ TarEntry = TarSample | TarProblem
 def list_tar(settings: TarSettings, number: int) -> list[TarEntry]:
     """One engine task: the samples (and problems) of tar `number`, in tar order."""
     file = settings.files[number]
+    if not file.size:
+        return [TarProblem("", 0, "an empty file, not a tar; nothing in it converted")]
     with open_forward(file) as raw:
-        tracked = _LastRead(raw)
-        try:
-            archive = tarfile.TarFile(fileobj=tracked, mode="r")
-        except tarfile.ReadError as exc:
-            what = "an empty file" if not file.size else f"not a tar archive ({exc})"
-            return [TarProblem("", 0, f"{what}; nothing in it converted")]
-        return _Listing(settings, file, archive, tracked).entries()
-
-
-class _LastRead:
-    """The file tarfile reads, remembering the last block it read: whether the archive stopped
-    at its end-of-archive marker or at a cut is told by that block."""
-
-    def __init__(self, raw: Any) -> None:
-        self.raw = raw
-        self.last = b""
-
-    def read(self, size: int = -1) -> bytes:
-        self.last = self.raw.read(size)
-        return self.last
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        return self.raw.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self.raw.tell()
+        return _Listing(settings, file, raw).entries()
 
 
 class _Listing:
-    def __init__(self, settings: TarSettings, file: InputFile, archive: tarfile.TarFile,
-                 tracked: _LastRead) -> None:
-        self.settings, self.file, self.archive, self.tracked = settings, file, archive, tracked
+    def __init__(self, settings: TarSettings, file: InputFile, raw: Any) -> None:
+        self.settings, self.file, self.raw = settings, file, raw
         self.images = tuple(e.lower() for e in settings.image_fields)
         self.read_json = any(f.startswith("json:") for f in settings.label_fields)
         self.result: list[TarEntry] = []
         self.sample: TarSample | None = None
+        self.strays: list[TarProblem] = []  # members without a key, inside the open sample
 
     def entries(self) -> list[TarEntry]:
         try:
-            for info in self.archive:
-                if not self._add(info):
-                    break
-            else:
-                self._check_end()
-        except tarfile.ReadError as exc:  # a header that is cut or garbled
-            self._close_sample()
-            at = self.archive.offset
-            self.result.append(self._problem(at, self._missing_header(at) if
-                                             at + _BLOCK > self.file.size else
-                                             f"unreadable at byte {at} ({exc})"))
+            for header in read_headers(self.raw, self.file.size):
+                self._add(header)
+        except TarDamage as damage:
+            self._damaged(damage)
         self._close_sample()
         return self.result
 
-    def _add(self, info: tarfile.TarInfo) -> bool:
-        """Take one member into its sample; False at a member cut short (the end of the list)."""
-        if info.isdir() or _META.search(info.name):
-            return True
-        key, extension = split_name(info.name)
-        if key is not None and (self.sample is None or self.sample.key != key):
-            self._close_sample()
-            self.sample = TarSample(key, info.offset)
-        if info.offset_data + info.size > self.file.size:
-            self._member_cut(info, key)
-            return False
-        if key is None:  # listed, and the sample around it (if any) goes on, as WebDataset's
-            self.result.append(TarProblem(info.name, info.offset, "not a sample's member: its "
-                                          "name is not KEY.EXTENSION"))
-        else:
-            self._add_member(self.sample, info, extension)
-        return True
+    def _add(self, header: Header) -> None:
+        if header.is_dir or _META.search(header.name):
+            return
+        key, extension = split_name(header.name)
+        if key is None:  # listed after the sample around it, which goes on, as WebDataset's
+            self.strays.append(TarProblem(header.name, header.offset, "not a sample's member: "
+                                          "its name is not KEY.EXTENSION"))
+            if self.sample is None:
+                self._close_sample()
+            return
+        self._sample_of(key, header.offset)
+        self._add_member(self.sample, header, extension)
 
-    def _add_member(self, sample: TarSample, info: tarfile.TarInfo, extension: str) -> None:
+    def _sample_of(self, key: str, offset: int) -> None:
+        if self.sample is None or self.sample.key != key:
+            self._close_sample()
+            self.sample = TarSample(key, offset)
+
+    def _add_member(self, sample: TarSample, header: Header, extension: str) -> None:
         if extension in sample.extensions:
             sample.problem = sample.problem or f"two {extension} members"
         sample.extensions.append(extension)
-        if not info.isreg():
+        if not header.is_file:
             sample.texts[extension] = None
         elif extension.lower() in self.images:
             rank = self.images.index(extension.lower())
             if sample.image is None or rank < sample.image_rank:
-                sample.image, sample.image_rank = (info.offset_data, info.size), rank
+                sample.image, sample.image_rank = (header.offset_data, header.size), rank
         elif extension == "json":  # read for a label alone: a document is no scalar column
-            sample.texts[extension] = self._text(info, MAX_TEXT_BYTES * 16) \
+            sample.texts[extension] = self._text(header, MAX_TEXT_BYTES * 16) \
                 if self.read_json else None
         elif extension.rpartition(".")[2].lower() not in _BINARY:
-            sample.texts[extension] = self._text(info, MAX_TEXT_BYTES)
+            sample.texts[extension] = self._text(header, MAX_TEXT_BYTES)
         else:
             sample.texts[extension] = None
 
-    def _text(self, info: tarfile.TarInfo, limit: int) -> str | None:
-        if info.size > limit:
+    def _text(self, header: Header, limit: int) -> str | None:
+        if header.size > limit:
             return None
-        data = self.archive.extractfile(info).read()
+        self.raw.seek(header.offset_data)
         try:
-            text = data.decode("utf-8")
+            text = self.raw.read(header.size).decode("utf-8")
         except UnicodeDecodeError:
             return None
         return None if "\x00" in text else text.strip()
 
     def _close_sample(self) -> None:
         sample, self.sample = self.sample, None
-        if sample is None:
-            return
-        sample.label = self._label(sample)
-        self.result.append(sample)
+        if sample is not None:
+            sample.label = self._label(sample)
+            self.result.append(sample)
+        self.result.extend(self.strays)
+        self.strays = []
 
     def _label(self, sample: TarSample) -> Any:
         for name in self.settings.label_fields:
@@ -192,38 +161,20 @@ class _Listing:
                 return record[key]
         return None
 
-    def _member_cut(self, info: tarfile.TarInfo, key: str | None) -> None:
-        """The member's sample (or, without a key, the tar) is the reject the cut makes."""
-        cut = self._problem(self.file.size, f"cut short at byte {self.file.size}: member "
-                            f"{info.name} needs {info.size} bytes from byte {info.offset_data}")
-        if key is not None:
-            self.sample.problem = cut.reason
-        else:
+    def _damaged(self, damage: TarDamage) -> None:
+        """The tar ends here: a member cut short makes its sample the reject (a member without
+        a key, or a header, the tar)."""
+        listed = self.result or self.sample is not None or self.strays
+        problem = TarProblem("", damage.at, f"{damage}; " + (
+            "the samples before it are converted, none after" if listed else
+            "nothing in it converted"))
+        key = split_name(damage.member)[0] if damage.member else None
+        if key is None:
             self._close_sample()
-            self.result.append(cut)
-
-    def _check_end(self) -> None:
-        """tarfile ends quietly at a cut between members and at a garbled header: only the
-        end-of-archive marker (a block of zeros) ends a whole tar."""
-        block, at, size = self.tracked.last, self.archive.offset, self.file.size
-        if len(block) == _BLOCK and not block.strip(b"\0"):
+            self.result.append(problem)
             return
-        self._close_sample()
-        if len(block) == _BLOCK:
-            reason = f"corrupt at byte {at}: not a tar header"
-        elif block:
-            reason = self._missing_header(at)
-        else:
-            reason = f"cut short at byte {size}: it ends without the end-of-archive marker"
-        self.result.append(self._problem(at, reason))
-
-    def _missing_header(self, at: int) -> str:
-        return (f"cut short at byte {self.file.size}: the member header due at byte {at} is "
-                "missing or incomplete")
-
-    @staticmethod
-    def _problem(at: int, what: str) -> TarProblem:
-        return TarProblem("", at, f"{what}; the samples before it are converted, none after")
+        self._sample_of(key, damage.at)
+        self.sample.problem = problem.reason
 
 
 def split_name(name: str) -> tuple[str | None, str]:
