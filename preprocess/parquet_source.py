@@ -18,7 +18,8 @@ from preprocess.image_columns import check_extra_names, sparse_labels, typed_col
 from preprocess.image_inputs import ImageItem, ImageSource, ParquetRow, SourceOptions, alternatives
 
 IMAGE_FIELDS = ("image", "img")  # the Hub's ImageNet-1k, food101 ...; CIFAR
-LABEL_FIELDS = ("label",)
+# The Hub's usual label columns; else a file's one ClassLabel column (CIFAR-100 has two).
+LABEL_FIELDS = ("label", "labels")
 
 
 def open_parquet(file: InputFile) -> Any:
@@ -40,7 +41,11 @@ class _Layout:
         self.file, self.schema = file, schema
         self.image = self._pick(options.image_field, IMAGE_FIELDS, "image", required=True)
         self._check_image_type()
-        self.label = self._pick(options.label_field, LABEL_FIELDS, "label",
+        self.features = hugging_face_features(schema)
+        class_labels = [name for name, feature in self.features.items()
+                        if isinstance(feature, dict) and feature.get("_type") == "ClassLabel"]
+        defaults = LABEL_FIELDS + (tuple(class_labels) if len(class_labels) == 1 else ())
+        self.label = self._pick(options.label_field, defaults, "label",
                                 required=options.label_field is not None)
         self.extras = [f.name for f in schema if f.name not in (self.image, self.label)
                        and _is_scalar(f.type)]
@@ -89,7 +94,7 @@ def list_parquet_images(files: tuple[InputFile, ...], options: SourceOptions,
     labels, classes = sparse_labels(raw_labels, "the label is null")
     columns = {name: typed_column(values) for name, values in extras.items()}
     items = _items(files, parquets, labels, raw_labels, columns)
-    return ImageSource(items, classes or _class_names(parquets[0], layouts[0].label),
+    return ImageSource(items, classes or _class_names(layouts[0]),
                        tuple((name, kind) for name, (kind, _) in columns.items()), files, root,
                        tuple(layout.image for layout in layouts))
 
@@ -129,12 +134,18 @@ def _items(files: tuple[InputFile, ...], parquets: list[Any], labels: list[Any],
     return tuple(items)
 
 
-def _class_names(parquet: Any, label: str | None) -> tuple[str, ...] | None:
-    """The names of a Hugging Face ClassLabel column, as `datasets` records them in the file."""
-    metadata = parquet.schema_arrow.metadata or {}
+def hugging_face_features(schema: Any) -> dict[str, Any]:
+    """The features `datasets` records in a file's metadata (column -> its type); {} when
+    the file was written by something else."""
     try:
-        features = json.loads(metadata[b"huggingface"])["info"]["features"]
-        names = features[label]["names"]
+        features = json.loads((schema.metadata or {})[b"huggingface"])["info"]["features"]
     except (KeyError, TypeError, ValueError):
-        return None
+        return {}
+    return features if isinstance(features, dict) else {}
+
+
+def _class_names(layout: _Layout) -> tuple[str, ...] | None:
+    """The names of the label column's ClassLabel, if it is one."""
+    feature = layout.features.get(layout.label) if layout.label else None
+    names = feature.get("names") if isinstance(feature, dict) else None
     return tuple(map(str, names)) if isinstance(names, list) else None

@@ -52,8 +52,9 @@ def source_options(func: Callable[..., Any]) -> Any:
         click.option("--label-field", default=None, metavar="NAME[;NAME...]",
                      help="Tars: the member holding the label as text, or json:KEY for a key "
                      "of the json member, the first of these a sample has [default: "
-                     "cls;json:label]. Parquet: the label column [default: label]. Where no "
-                     "input has a label, labels are -1."),
+                     "cls;json:label]. Parquet: the label column [default: label, labels, "
+                     "else the file's one ClassLabel]. Where no input has a label, labels are "
+                     "-1."),
     ])
 
 

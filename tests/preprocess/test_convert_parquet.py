@@ -157,3 +157,20 @@ def test_a_scalar_column_with_a_reserved_name_is_one_line(cli, tmp_path: Path) -
     assert result.code == 2
     assert result.err.startswith("datapipe: error: SRC x.parquet: column name 'height' is "
                                  "reserved")
+
+
+@pytest.mark.parametrize("name", ["labels", "breed"])
+def test_a_labels_column_or_the_one_class_label_is_the_label(cli, tmp_path: Path,
+                                                             name: str) -> None:
+    """cats_vs_dogs names its label column `labels`; a file whose one ClassLabel column has
+    another name labels by it too."""
+    features = {"info": {"features": {"image": {"_type": "Image"}, name: {
+        "names": ["cat", "dog"], "_type": "ClassLabel"}}}}
+    table = pa.table({"image": [photo(0), photo(1)], name: [1, 0]})
+    pq.write_table(table.replace_schema_metadata({"huggingface": json.dumps(features)}),
+                   tmp_path / "x.parquet")
+    assert cli("convert", "images", tmp_path / "x.parquet", tmp_path / "out").code == 0
+    with Dataset(tmp_path / "out") as ds:
+        assert ds.manifest.classes == ("cat", "dog")
+        assert [ds[i]["label"] for i in range(2)] == [1, 0]
+        assert [c.name for c in ds.manifest.columns][5:] == []

@@ -262,3 +262,11 @@ def test_a_member_extension_with_a_reserved_name_is_one_line(cli, tmp_path: Path
     assert result.code == 2
     assert result.err.startswith("datapipe: error: SRC t.tar: member extension 'width' is "
                                  "reserved")
+
+
+def test_out_inside_a_folder_of_tars_is_not_a_class_folder(cli, shards: Path) -> None:
+    """Once OUT exists inside SRC (a rerun, a resume), the folder is still one of tars."""
+    assert cli("convert", "images", shards, shards / "out", "--short-side", 32).code == 0
+    again = cli("convert", "images", shards, shards / "out", "--short-side", 32, "--overwrite")
+    assert again.code == 0, again.err
+    assert "converted 12 images of 12 inputs" in again.out
