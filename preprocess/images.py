@@ -71,8 +71,9 @@ class ImageWork:
 
     items: tuple[ImageItem, ...]
     settings: ImageSettings
-    visible_root: str | None  # SRC's folder: a worker that cannot see it is on a node without
-    # SRC (None: SRC is read by URL)
+    # SRC's folder, None when SRC is read by URL: a worker that cannot see it is on a node
+    # without SRC
+    visible_root: str | None
     columns: tuple[Column, ...] = BASE_COLUMNS
     extra_columns: tuple[str, ...] = ()
     files: tuple[InputFile, ...] = ()  # the tars or Parquet files items lie in

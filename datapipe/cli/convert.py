@@ -74,7 +74,7 @@ def convert_images_cmd(sources: tuple[str, ...], src_kind: str, image_field: str
     of its json member; its other members that are short text become extra columns named by
     their extension. A Parquet row's image is its image (or img) column, a struct of bytes and
     path or plain binary; its label the label column; other scalar columns become extra
-    columns.
+    columns. docs/CONVERT.md gives each source's layout.
 
     Every input is converted or listed in OUT/rejects.jsonl with a reason: in a folder, symlinks
     are followed, each folder walked once (a dangling or looping link is a reject), hidden
