@@ -14,6 +14,7 @@ import glob
 import itertools
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from datapipe.errors import ArgumentError
@@ -100,21 +101,32 @@ def _local_files(pattern: str, suffixes: tuple[str, ...]) -> list[tuple[str, int
             return _local_path(Path(pattern), suffixes)
     except OSError as exc:  # a name too long, a loop of links
         raise ArgumentError(f"SRC {pattern}: {exc.strerror or exc}") from None
-    matches = sorted(glob.glob(pattern, recursive=True))
-    return [(os.path.abspath(m), os.path.getsize(m), os.path.abspath(os.path.dirname(m)))
-            for m in matches if m.lower().endswith(suffixes) and os.path.isfile(m)]
+    matches = [Path(m) for m in sorted(glob.glob(pattern, recursive=True))]
+    return [(os.path.abspath(m), size, os.path.abspath(m.parent))
+            for m, size in _regular(m for m in matches if m.name.lower().endswith(suffixes))]
 
 
 def _local_path(path: Path, suffixes: tuple[str, ...]) -> list[tuple[str, int, str]]:
     if not path.exists():
         raise ArgumentError(f"SRC {path} does not exist")
     if not path.is_dir():
-        require_regular_file(path)
-        return [(os.path.abspath(path), path.stat().st_size, os.path.abspath(path.parent))]
+        return [(os.path.abspath(path), size, os.path.abspath(path.parent))
+                for _, size in _regular([path])]
     # A datapipe output inside the folder holds shards, not inputs (as `convert text` reads).
     files = sorted(p for p in path.rglob("*") if p.name.lower().endswith(suffixes)
-                   and p.is_file() and not is_datapipe_output(p.parent))
-    return [(os.path.abspath(p), p.stat().st_size, os.path.abspath(path)) for p in files]
+                   and not is_datapipe_output(p.parent))
+    return [(os.path.abspath(p), size, os.path.abspath(path)) for p, size in _regular(files)]
+
+
+def _regular(paths: Iterable[Path]) -> list[tuple[Path, int]]:
+    """Each path that is not a folder, with its size; a FIFO, a device or a dangling link is
+    refused (reading one could block forever, or fail in a worker), never left out unseen."""
+    found = []
+    for path in paths:
+        if not path.is_dir():
+            require_regular_file(path)
+            found.append((path, path.stat().st_size))
+    return found
 
 
 def _remote_files(pattern: str, suffixes: tuple[str, ...]) -> list[tuple[str, int, str]]:

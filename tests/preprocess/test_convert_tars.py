@@ -270,3 +270,11 @@ def test_out_inside_a_folder_of_tars_is_not_a_class_folder(cli, shards: Path) ->
     again = cli("convert", "images", shards, shards / "out", "--short-side", 32, "--overwrite")
     assert again.code == 0, again.err
     assert "converted 12 images of 12 inputs" in again.out
+
+
+def test_a_fifo_among_the_tars_is_refused_not_waited_on(shards: Path, tmp_path: Path) -> None:
+    os.mkfifo(shards / "shard-000003.tar")
+    result = run_cli_process("convert", "images", shards, tmp_path / "out", timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == (f"datapipe: error: {shards / 'shard-000003.tar'}: not a "
+                                     "regular file (or a link to none)")
