@@ -1,5 +1,5 @@
-"""One image to convert, and the list of them in input order: what the folder scan
-(image_folder.py) and the CSV/JSONL list reader (image_sources.py) both give."""
+"""One image to convert, and the list of them in input order: what every source of images gives
+(the folder scan, the CSV/JSONL lists, WebDataset tars, Parquet files), and how SRC is read."""
 
 from __future__ import annotations
 
@@ -7,14 +7,70 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from datapipe.errors import ArgumentError
+from preprocess.file_access import InputFile
+
+SOURCE_KINDS = ("auto", "folder", "list", "tar", "parquet")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """How SRC is read: its kind ("auto": told by what it is) and, for tars and Parquet, the
+    fields holding the image and the label, each a list of alternatives separated by ';' (the
+    first a sample has is taken; None: the source's defaults)."""
+
+    kind: str = "auto"
+    image_field: str | None = None
+    label_field: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in SOURCE_KINDS:
+            raise ArgumentError(f"--src-kind: {self.kind!r} is not one of {SOURCE_KINDS}")
+        for option, value in (("--image-field", self.image_field),
+                              ("--label-field", self.label_field)):
+            if value is not None and not alternatives(value):
+                raise ArgumentError(f"{option}: give a field name, got {value!r}")
+
+    def check_fields_apply(self, kind: str) -> None:
+        """Fields name parts of a sample: a folder or a list has none."""
+        given = [o for o, v in (("--image-field", self.image_field),
+                                ("--label-field", self.label_field)) if v is not None]
+        if given and kind not in ("tar", "parquet"):
+            raise ArgumentError(f"{given[0]} applies to tar and Parquet sources; SRC is a "
+                                f"{'folder' if kind == 'folder' else 'CSV/JSONL list'}")
+
+
+def alternatives(field: str) -> tuple[str, ...]:
+    """'jpg;png' -> ('jpg', 'png'), as WebDataset's `to_tuple` reads alternatives."""
+    return tuple(name.strip() for name in field.split(";") if name.strip())
+
+
+@dataclass(frozen=True)
+class TarMember:
+    """Where an image lies in a tar: the byte range of its member's data."""
+
+    file: int  # index in ImageSource.files
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ParquetRow:
+    """Where an image lies in a Parquet file: a row of one of its row groups."""
+
+    file: int  # index in ImageSource.files
+    group: int
+    row: int  # within the group
+
 
 @dataclass(frozen=True)
 class ImageItem:
-    path: Path      # absolute
+    path: Path | None  # absolute; None for an image inside a file of many (see `member`)
     source: str     # as the user knows it: relative to SRC
     label: int
     extras: tuple[Any, ...] = ()
     problem: str | None = None  # why it cannot be converted, when known before reading it
+    member: TarMember | ParquetRow | None = None
 
 
 @dataclass(frozen=True)
@@ -22,3 +78,6 @@ class ImageSource:
     items: tuple[ImageItem, ...]
     classes: tuple[str, ...] | None
     extra_columns: tuple[tuple[str, str], ...]  # (name, column type)
+    files: tuple[InputFile, ...] = ()  # the tars or Parquet files that items' members are in
+    root: str | None = None  # the folder workers must see; None when SRC is read by URL
+    image_columns: tuple[str, ...] = ()  # of each Parquet file in `files`

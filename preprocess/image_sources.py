@@ -1,200 +1,130 @@
-"""Where images come from: an ImageFolder tree or a CSV/JSONL manifest of `path,label[,extras]`.
+"""Where images come from: an ImageFolder tree, a CSV/JSONL list of `path,label[,extras]`,
+WebDataset tars or Parquet files; which of them SRC is, told by what it is.
 
-Every input is listed, in a fixed order; one already known to be unusable (a bad manifest line,
-a dangling symlink, ...) carries its `problem` and becomes a reject with that reason.
+Every input is listed, in a fixed order; one already known to be unusable (a bad list line,
+a dangling symlink, a tar sample without an image, ...) carries its `problem` and becomes a
+reject with that reason.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-from dataclasses import dataclass
+import dataclasses
+import os
 from pathlib import Path
-from typing import Any
 
-from datapipe.errors import ArgumentError, DataError
+from datapipe.errors import ArgumentError
+from datapipe.format.remote import is_url, local_path
+from preprocess.engine_base import Engine
+from preprocess.file_access import InputFile
 from preprocess.image_folder import scan_image_folder
-from preprocess.image_inputs import ImageItem, ImageSource
-from preprocess.input_files import TEXT_ENCODING, require_regular_file, split_lines
+from preprocess.image_inputs import ImageItem, ImageSource, SourceOptions
+from preprocess.image_lists import LIST_SUFFIXES, read_image_list
+from preprocess.input_files import is_datapipe_output
+from preprocess.parquet_source import list_parquet_images
+from preprocess.source_patterns import find_files, is_pattern
+from preprocess.tar_source import list_tar_images
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
-                  ".pgm", ".jfif"}
-RESERVED_COLUMNS = {"image", "label", "height", "width", "path"}
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+__all__ = ["ImageItem", "ImageSource", "SourceOptions", "list_images"]
 
-
-@dataclass(frozen=True)
-class Row:
-    """A manifest line that names an image, and where it starts."""
-
-    line: int
-    values: dict[str, Any]
+FILE_KINDS = {".tar": "tar", ".parquet": "parquet"}  # files of many images, by suffix
 
 
-@dataclass(frozen=True)
-class BadLine:
-    """A manifest line that names no image: listed as a reject, never skipped."""
+def list_images(src: Path | str, leave_out: Path | None = None,
+                options: SourceOptions | None = None,
+                engine: Engine | None = None) -> ImageSource:
+    """The inputs SRC names; `leave_out` (OUT) is never one of them. Tars are listed by the
+    engine's workers (without one, here)."""
+    options = options or SourceOptions()
+    text = str(src) if is_url(src) else str(local_path(src))
+    kind = options.kind if options.kind != "auto" else source_kind(text, leave_out)
+    options.check_fields_apply(kind)
+    if kind in ("folder", "list"):
+        path = _existing(text)
+        found = scan_image_folder(path, leave_out) if kind == "folder" else \
+            read_image_list(path)
+        root = os.path.abspath(path if kind == "folder" else path.parent)
+        return dataclasses.replace(found, root=root)
+    suffix = next(s for s, k in FILE_KINDS.items() if k == kind)
+    files = find_files(text, (suffix,))
+    root = _visible_root(files)
+    if kind == "tar":
+        return list_tar_images(files, options, engine, root)
+    return list_parquet_images(files, options, root)
 
-    source: str
-    reason: str
+
+def source_kind(src: str, leave_out: Path | None = None) -> str:
+    """"folder", "list", "tar" or "parquet": by the suffix SRC (or each of its patterns) ends
+    in, or by what a folder holds directly."""
+    if is_url(src) or (is_pattern(src) and not os.path.lexists(src)):
+        return _kind_of_names(src)
+    path = _existing(src)
+    if path.is_dir():
+        return _folder_kind(path, leave_out)
+    suffix = path.suffix.lower()
+    if suffix in LIST_SUFFIXES:
+        return "list"
+    if suffix in FILE_KINDS:
+        return FILE_KINDS[suffix]
+    raise ArgumentError(f"SRC {src}: expected a folder (SRC/<class>/<file>), a .csv/.jsonl "
+                        "list, or .tar or .parquet files (or say which with --src-kind)")
 
 
-def list_images(src: Path, leave_out: Path | None = None) -> ImageSource:
-    """The inputs SRC names; `leave_out` (OUT) is never one of them."""
+def _existing(src: str) -> Path:
+    path = Path(src)
     try:
-        is_dir = src.is_dir()
-        if not is_dir and not src.exists():
+        if not path.is_dir() and not path.exists():
             raise ArgumentError(f"SRC {src} does not exist")
     except OSError as exc:  # a name too long, a loop of links
         raise ArgumentError(f"SRC {src}: {exc.strerror or exc}") from None
-    if is_dir:
-        return scan_image_folder(src, leave_out)
-    if src.suffix.lower() not in (".csv", ".jsonl", ".ndjson"):
-        raise ArgumentError(f"SRC {src}: expected a directory (SRC/<class>/<file>) or a "
-                            ".csv/.jsonl manifest")
-    require_regular_file(src)
-    return _from_records(src, _read_csv(src) if src.suffix.lower() == ".csv" else
-                         _read_jsonl(src))
+    return path
 
 
-def _read_csv(src: Path) -> list[Row | BadLine]:
+def _kind_of_names(src: str) -> str:
+    """A pattern or URL: by the suffix its names end in; else by the files it matches."""
+    ends = {FILE_KINDS.get(Path(p.strip().rstrip("/")).suffix.lower()) for p in src.split("::")}
+    if len(ends) == 1 and None not in ends:
+        return ends.pop()
+    return _one_kind(src, {FILE_KINDS[Path(f.location).suffix.lower()]
+                           for f in find_files(src, tuple(FILE_KINDS))})
+
+
+def _folder_kind(folder: Path, leave_out: Path | None) -> str:
+    """A folder holding .tar (or .parquet) files and no class folders is a folder of them."""
     try:
-        with open(src, newline="", encoding=TEXT_ENCODING) as f:
-            return _csv_rows(src, csv.reader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ArgumentError(f"SRC {src}: unreadable CSV ({exc})") from None
+        entries = list(os.scandir(folder))
+    except OSError as exc:
+        raise ArgumentError(f"SRC {folder}: cannot list folder ({exc.strerror})") from None
+    kinds = {FILE_KINDS.get(Path(e.name).suffix.lower()) for e in entries if e.is_file()}
+    kinds.discard(None)
+    if not kinds:
+        return "folder"
+    classes = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")
+               and not _left_out(Path(e.path), leave_out)]
+    kind = _one_kind(str(folder), kinds)
+    if classes:
+        raise ArgumentError(f"SRC {folder} holds both folders ({classes[0]}, ...) and .{kind} "
+                            f"files: say which it is with --src-kind folder or --src-kind {kind}")
+    return kind
 
 
-def _csv_rows(src: Path, reader: Any) -> list[Row | BadLine]:
-    """Rows under the header, each with the line it starts on; a row with more or fewer fields
-    than the header names no image for sure: a BadLine."""
-    header = next((fields for fields in reader if fields), [])  # blank lines before it
-    _check_header(src, header, reader.line_num)
-    rows: list[Row | BadLine] = []
-    line = reader.line_num
-    for fields in reader:
-        number, line = line + 1, reader.line_num
-        if not fields:
-            continue  # a blank line
-        if len(fields) == len(header):
-            rows.append(Row(number, dict(zip(header, fields, strict=True))))
-        else:
-            rows.append(BadLine(f"{src.name}:{number}", f"{src.name} line {number}: "
-                                f"{_fields(len(fields))}, the header has {len(header)}"))
-    return rows
+def _one_kind(src: str, kinds: set[str]) -> str:
+    if len(kinds) > 1:
+        raise ArgumentError(f"SRC {src} holds both .tar and .parquet files: say which to read "
+                            "with --src-kind, or name the files (a glob: SRC/*.tar)")
+    return kinds.pop()
 
 
-def _fields(count: int) -> str:
-    return f"{count} field{'' if count == 1 else 's'}"
-
-
-def _check_header(src: Path, header: list[str], line: int) -> None:
-    for position, name in enumerate(header, 1):
-        if not name:
-            raise ArgumentError(f"SRC {src} line {line}: column {position} of the header has "
-                                "no name")
-        if header.index(name) != position - 1:
-            raise ArgumentError(f"SRC {src} line {line}: the header names {name!r} twice")
-
-
-def _read_jsonl(src: Path) -> list[Row | BadLine]:
-    """Records in order; a line that is not a JSON object with a path is a BadLine (a reject)."""
-    records: list[Row | BadLine] = []
+def _left_out(folder: Path, leave_out: Path | None) -> bool:
+    if is_datapipe_output(folder):
+        return True
     try:
-        lines = split_lines(src.read_text(encoding=TEXT_ENCODING))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ArgumentError(f"SRC {src}: unreadable ({exc})") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        if isinstance(record, dict) and "path" in record:
-            records.append(Row(number, record))
-        else:
-            what = "no 'path'" if isinstance(record, dict) else "not a JSON object"
-            records.append(BadLine(f"{src.name}:{number}", f"{src.name} line {number}: {what}"))
-    return records
+        return leave_out is not None and os.path.samefile(folder, leave_out)
+    except OSError:
+        return False
 
 
-def _from_records(src: Path, records: list[Row | BadLine]) -> ImageSource:
-    rows = [r for r in records if isinstance(r, Row)]
-    if not rows:
-        raise ArgumentError(f"SRC {src} lists no images"
-                            + (f" ({records[0].reason})" if records else ""))
-    if "path" not in rows[0].values:
-        raise ArgumentError(f"SRC {src}: needs a 'path' column (and usually 'label')")
-    extra_names = [k for k in rows[0].values if k not in ("path", "label")]
-    clash = RESERVED_COLUMNS.intersection(extra_names)
-    if clash:
-        raise ArgumentError(f"SRC {src}: column name {sorted(clash)[0]!r} is reserved")
-    labels, classes = _labels(src, rows)
-    extras = {name: _typed_column([r.values.get(name) for r in rows]) for name in extra_names}
-    items = []
-    index = 0  # among the rows, which labels and extras are aligned with
-    for record in records:
-        if isinstance(record, BadLine):
-            items.append(ImageItem(src, record.source, -1, problem=record.reason))
-            continue
-        path, label = str(record.values["path"]), labels[index]
-        items.append(ImageItem((src.parent / path).resolve(), path, -1 if label is None else label,
-                               tuple(extras[name][1][index] for name in extra_names),
-                               problem=_label_problem(src, record, label)))
-        index += 1
-    return ImageSource(tuple(items), classes, tuple((n, extras[n][0]) for n in extra_names))
-
-
-def _labels(src: Path, rows: list[Row]) -> tuple[list[int | None], tuple[str, ...] | None]:
-    """Integer labels are kept (None: beyond int64, a reject); names are mapped to their index
-    in sorted order."""
-    raw = [row.values.get("label") for row in rows]
-    missing = [row.line for row, v in zip(rows, raw, strict=True) if v is None or v == ""]
-    if len(missing) == len(rows):
-        return [-1] * len(raw), None
-    if missing:
-        raise DataError(f"{src} line {missing[0]}: no label, while other lines have one")
-    try:
-        integers = [_strict_int(v) for v in raw]  # 1.5 is a class name, never label 1
-    except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity
-        classes = tuple(sorted({str(v) for v in raw}))
-        index = {c: i for i, c in enumerate(classes)}
-        return [index[str(v)] for v in raw], classes
-    return [v if _fits_int64(v) else None for v in integers], None
-
-
-def _label_problem(src: Path, row: Row, label: int | None) -> str | None:
-    if label is not None:
+def _visible_root(files: tuple[InputFile, ...]) -> str | None:
+    """The folder every worker must see: the one holding the files (None: read by URL)."""
+    if any(f.is_url for f in files):
         return None
-    return f"{src.name} line {row.line}: label {row.values['label']} is beyond the int64 range"
-
-
-def _typed_column(values: list[Any]) -> tuple[str, list[Any]]:
-    """Extras become int64 or float64 when every value parses as one, else strings. Integers
-    beyond int64 stay strings: float64 would round their digits away."""
-    try:
-        integers = [_strict_int(v) for v in values]
-    except (TypeError, ValueError):
-        integers = None
-    if integers is not None:
-        if all(map(_fits_int64, integers)):
-            return "int64", integers
-        return "string", [str(v) for v in values]
-    try:
-        return "float64", [float(v) for v in values]
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond any float
-        return "string", ["" if v is None else str(v) for v in values]
-
-
-def _fits_int64(value: int) -> bool:
-    return INT64_MIN <= value <= INT64_MAX
-
-
-def _strict_int(value: Any) -> int:
-    """int() that refuses to truncate: 0.5 and "0.5" are not integers."""
-    if isinstance(value, float) and not value.is_integer():
-        raise ValueError(value)
-    if isinstance(value, bool):
-        raise TypeError(value)
-    return int(value)
+    return os.path.commonpath([os.path.dirname(f.location) for f in files])

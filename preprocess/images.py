@@ -1,7 +1,9 @@
-"""`datapipe convert images`: a folder or manifest of images -> shards of resized images."""
+"""`datapipe convert images`: a folder, a list, tars or Parquet files of images -> shards of
+resized images."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -17,23 +19,35 @@ from datapipe.format.hashing import hash_bytes
 from datapipe.format.schema import Column
 from datapipe.format.writer import rows_nbytes
 from preprocess.engine import Engine, LocalEngine
+from preprocess.file_access import InputFile
+from preprocess.image_inputs import ImageItem, ImageSource, ParquetRow, SourceOptions
 from preprocess.image_ops import ImageSettings, RejectedImage, prepare_image
-from preprocess.image_sources import ImageItem, ImageSource, list_images
+from preprocess.image_sources import list_images
+from preprocess.input_bytes import InputData, Unreadable, span_inputs
 from preprocess.output import ConversionResult, OutputDirectory, OutputOptions
 
 BASE_COLUMNS = (Column("image", "bytes"), Column("label", "int64"), Column("height", "int32"),
                 Column("width", "int32"), Column("path", "string"))
 
+MAX_PARQUET_TASK = 256  # rows: a task's results stay a few MiB of encoded images
+
 # A worker's answer: ("ok", payload, height, width) or ("reject", reason).
 Outcome = tuple
 
 
-def process_item(item: ImageItem, settings: ImageSettings) -> Outcome:
+def process_item(item: ImageItem, settings: ImageSettings, data: InputData = None) -> Outcome:
+    """Convert one input: from `data` when its bytes were read from a tar or Parquet file, else
+    from its own file."""
     if item.problem is not None:
         return ("reject", item.problem)
+    if isinstance(data, Unreadable):
+        return ("reject", data.reason)
     try:
-        with _open_regular_file(item.path) as file:
-            payload, height, width = prepare_image(file, settings)
+        if data is not None:
+            payload, height, width = prepare_image(data, settings)
+        else:
+            with _open_regular_file(item.path) as file:
+                payload, height, width = prepare_image(file, settings)
     except RejectedImage as exc:
         return ("reject", str(exc))
     except OSError as exc:
@@ -57,9 +71,13 @@ class ImageWork:
 
     items: tuple[ImageItem, ...]
     settings: ImageSettings
-    visible_root: str  # SRC's folder: a worker that cannot see it is on a node without SRC
+    # SRC's folder, None when SRC is read by URL: a worker that cannot see it is on a node
+    # without SRC
+    visible_root: str | None
     columns: tuple[Column, ...] = BASE_COLUMNS
     extra_columns: tuple[str, ...] = ()
+    files: tuple[InputFile, ...] = ()  # the tars or Parquet files items lie in
+    image_columns: tuple[str, ...] = ()  # of each Parquet file
 
 
 @dataclass
@@ -75,11 +93,14 @@ class ImageRows:
 
 def convert_span(work: ImageWork, span: tuple[int, int]) -> ImageRows:
     """The samples and rejects of inputs span[0]..span[1]-1: one engine task."""
-    _check_visible(work.visible_root)
+    if work.visible_root is not None:
+        _check_visible(work.visible_root)
     result = ImageRows([], {c.name: [] for c in work.columns}, [], [])
     rows = result.rows
-    for position, item in enumerate(work.items[span[0]:span[1]]):
-        outcome = process_item(item, work.settings)
+    items = work.items[span[0]:span[1]]
+    inputs = span_inputs(work.files, work.image_columns, items)
+    for position, (item, data) in enumerate(zip(items, inputs, strict=True)):
+        outcome = process_item(item, work.settings, data)
         if outcome[0] != "ok":
             result.rejects.append((position, outcome[1]))
             continue
@@ -107,28 +128,63 @@ def _span_size(total: int, engine: Engine) -> int:
     return max(1, min(engine.max_task_inputs, total // (engine.workers * 8)))
 
 
-def convert_images(src: Path, options: OutputOptions, settings: ImageSettings, workers: int,
-                   progress: Callable[[int, int], None] | None = None,
-                   engine: Engine | None = None) -> ConversionResult:
-    """Convert every image under SRC; `progress(done, total)` is called as inputs finish.
+def _spans(source: ImageSource, start: int, engine: Engine) -> Iterator[tuple[int, int]]:
+    """Tasks of inputs from `start`. Parquet rows go in larger tasks, cut where a row group
+    ends: a worker reads a row group's pages in one pass, and a task's part of one is read by
+    decoding the group up to it."""
+    total, size = len(source.items), _span_size(len(source.items), engine)
+    if source.image_columns:
+        size = min(MAX_PARQUET_TASK, max(size, total // (engine.workers * 8)))
+    at = start
+    while at < total:
+        stop, group = min(at + size, total), _row_group(source.items[at])
+        if group is not None:
+            stop = next((i for i in range(at + 1, stop)
+                         if _row_group(source.items[i]) != group), stop)
+        yield at, stop
+        at = stop
 
-    `engine` runs the work (default: `workers` local processes); the output is the same."""
-    source = list_images(src, leave_out=options.out if isinstance(options.out, Path) else None)
+
+def _row_group(item: ImageItem) -> tuple[int, int] | None:
+    member = item.member
+    return (member.file, member.group) if isinstance(member, ParquetRow) else None
+
+
+def convert_images(src: Path | str, options: OutputOptions, settings: ImageSettings,
+                   workers: int, progress: Callable[[int, int], None] | None = None,
+                   engine: Engine | None = None,
+                   sources: SourceOptions | None = None) -> ConversionResult:
+    """Convert every image SRC holds; `progress(done, total)` is called as inputs finish.
+
+    `engine` runs the work (default: `workers` local processes), tars' listing included; the
+    output is the same. `sources` says how SRC is read (default: told by what it is)."""
     engine = engine or LocalEngine(workers)
+    source = list_images(src, options.out if isinstance(options.out, Path) else None, sources,
+                         engine)
     columns = BASE_COLUMNS + tuple(Column(n, t) for n, t in source.extra_columns)
     settings_record = {**settings.record(), "shard_size": options.shard_size}
-    fingerprint = hash_bytes(json.dumps({
-        "kind": "images", "format": options.shard_format, "settings": settings_record,
-        "inputs": [(i.source, i.label, list(i.extras)) for i in source.items]},
-        default=str).encode())
-    root = src if src.is_dir() else src.parent
-    work = ImageWork(source.items, settings, os.path.abspath(root), columns,
-                     tuple(name for name, _ in source.extra_columns))
-    with OutputDirectory(options, "images", columns, fingerprint) as output:
-        total, size = len(source.items), _span_size(len(source.items), engine)
-        spans = ((i, min(i + size, total)) for i in range(output.resume_from, total, size))
+    work = ImageWork(source.items, settings, source.root, columns,
+                     tuple(name for name, _ in source.extra_columns), source.files,
+                     source.image_columns)
+    with OutputDirectory(options, "images", columns,
+                         _fingerprint(source, options, settings_record)) as output:
+        spans = _spans(source, output.resume_from, engine)
         _write_spans(output, source, engine.map_ordered(convert_span, work, spans), progress)
-        return output.finish(total, settings_record, stats={}, classes=source.classes)
+        return output.finish(len(source.items), settings_record, stats={},
+                             classes=source.classes)
+
+
+def _fingerprint(source: ImageSource, options: OutputOptions,
+                 settings_record: dict[str, Any]) -> str:
+    """What a resumed run must share with the run it resumes: inputs, settings, format."""
+    record: dict[str, Any] = {
+        "kind": "images", "format": options.shard_format, "settings": settings_record,
+        "inputs": [(i.source, i.label, list(i.extras)) for i in source.items]}
+    if source.files:  # where each image lies in them, and their sizes
+        record["members"] = [dataclasses.astuple(i.member) if i.member else None
+                             for i in source.items]
+        record["files"] = [(f.name, f.size) for f in source.files]
+    return hash_bytes(json.dumps(record, default=str).encode())
 
 
 def _write_spans(output: OutputDirectory, source: ImageSource, spans: Iterator[ImageRows],

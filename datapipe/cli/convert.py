@@ -14,6 +14,7 @@ from datapipe.cli.convert_options import (
     make_output_options,
     open_engine,
     output_options,
+    source_options,
 )
 from datapipe.sizes import format_size
 
@@ -24,8 +25,8 @@ def convert() -> None:
 
 
 @convert.command("images", context_settings=CONTEXT)
-@click.argument("src", type=click.Path(path_type=Path))
-@click.argument("out")
+@click.argument("sources", nargs=-1, required=True, metavar="SRC... OUT")
+@source_options
 @click.option("--short-side", default=256, show_default=True, type=int,
               help="Resize so the shorter side is this many pixels (of the image as displayed, "
               "after its EXIF orientation); the longer side is the full-resolution one scaled "
@@ -49,24 +50,50 @@ def convert() -> None:
               "decompression-bomb limit.")
 @engine_options
 @output_options
-def convert_images_cmd(src: Path, out: str, short_side: int, upscale: bool, quality: int,
+def convert_images_cmd(sources: tuple[str, ...], src_kind: str, image_field: str | None,
+                       label_field: str | None, short_side: int, upscale: bool, quality: int,
                        subsampling: str, keep_icc: bool, encoding: str, max_pixels: int,
                        workers: int, engine: str, address: str | None, **output: Any) -> None:
-    """Convert an image folder (SRC/<class>/<file>) or a CSV/JSONL list (path,label,...)
-    into OUT, a folder or a URL (s3://bucket/prefix: made locally, then uploaded).
+    """Convert the images SRC holds into OUT, a folder or a URL (s3://bucket/prefix: made
+    locally, then uploaded). SRC is told by what it is (or by --src-kind):
 
-    Every input is converted or listed in OUT/rejects.jsonl with a reason: symlinks are
-    followed, each folder walked once (a dangling or looping link is a reject), hidden entries
-    ('.' names), folders that cannot be read and entries on /proc, /sys or /dev are rejects,
-    and so is any file that is not an image. OUT and other datapipe datasets are not inputs.
-    A run that converts nothing, or rejects more than --max-rejects, exits 1.
+    \b
+    - an image folder: SRC/<class>/<file>, the label is the class folder's index;
+    - a CSV/JSONL list: path,label[,extras...], one image a line;
+    - WebDataset tars: a .tar, a folder of them, a glob ('shards/*.tar'), a brace range
+      ('shards/shard-{000000..000146}.tar'), several joined by '::', or any of these by URL
+      (s3://bucket/shards/...);
+    - Parquet files as Hugging Face datasets writes them: a .parquet, a folder of them, a
+      glob ('data/train-*.parquet'), a brace range, or by URL.
+
+    Tars or Parquet files may also be given as several SRC, as the shell expands an unquoted
+    glob or brace range: they are read in the order given.
+
+    A tar sample is its members that share a key (the name up to its first dot), in tar order:
+    the image is its jpg (jpeg, png, webp, ...) member, the label its cls member or the "label"
+    of its json member; its other members that are short text become extra columns named by
+    their extension. A Parquet row's image is its image (or img) column, a struct of bytes and
+    path or plain binary; its label the label column; other scalar columns become extra
+    columns. docs/CONVERT.md gives each source's layout.
+
+    Every input is converted or listed in OUT/rejects.jsonl with a reason: in a folder, symlinks
+    are followed, each folder walked once (a dangling or looping link is a reject), hidden
+    entries ('.' names), folders that cannot be read and entries on /proc, /sys or /dev are
+    rejects; so is any file that is not an image, a tar sample without an image, a key split
+    across two tars, the end of a tar cut short, a null Parquet image cell. OUT and other
+    datapipe datasets are not inputs. A run that converts nothing, or rejects more than
+    --max-rejects, exits 1.
 
     Stored images are RGB in sRGB: an embedded ICC profile (Adobe RGB, Display P3, ...) is
     converted, transparency is composited onto white, 16-bit values are scaled by bit depth.
     """
+    from preprocess.image_inputs import SourceOptions
     from preprocess.image_ops import ImageSettings
     from preprocess.images import convert_images
 
+    if len(sources) < 2:
+        raise click.UsageError("give SRC and then OUT")
+    *srcs, out = sources
     settings = ImageSettings(short_side=short_side, quality=quality, encoding=encoding,
                              max_pixels=max_pixels, subsampling=subsampling, upscale=upscale,
                              keep_icc=keep_icc)
@@ -74,8 +101,9 @@ def convert_images_cmd(src: Path, out: str, short_side: int, upscale: bool, qual
     with open_engine(engine, workers, address) as runner:
         progress = Progress(None, "img")
         try:
-            result = convert_images(src, options, settings, runner.workers, engine=runner,
-                                    progress=progress.update_with_total)
+            result = convert_images("::".join(srcs), options, settings, runner.workers,
+                                    engine=runner, progress=progress.update_with_total,
+                                    sources=SourceOptions(src_kind, image_field, label_field))
         finally:
             progress.close()
     rate = result.inputs - _resumed_inputs(result)

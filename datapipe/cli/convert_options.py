@@ -1,5 +1,5 @@
-"""The options both `datapipe convert` commands take: where and how shards are written, and
-which engine does the work."""
+"""The options of the `datapipe convert` commands: where and how shards are written, which
+engine does the work (both), and how SRC is read (images)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,27 @@ def output_options(func: Callable[..., Any]) -> Any:
                      help="For an OUT that is a URL (s3://bucket/prefix): the local folder "
                      "shards are made in before upload [default: a folder per URL under "
                      "$DATAPIPE_CACHE_DIR/staging, else ~/.cache/datapipe/staging]."),
+    ])
+
+
+def source_options(func: Callable[..., Any]) -> Any:
+    """How `convert images` reads SRC."""
+    from preprocess.image_inputs import SOURCE_KINDS
+
+    return add_options(func, [
+        click.option("--src-kind", type=click.Choice(SOURCE_KINDS), default="auto",
+                     show_default=True, help="What SRC is: told by what it is, or said: an "
+                     "image folder, a CSV/JSONL list, WebDataset tars, Parquet files."),
+        click.option("--image-field", default=None, metavar="NAME[;NAME...]",
+                     help="Tars: the member extension the image is taken from, the first of "
+                     "these a sample has [default: jpg;jpeg;png;webp, then other image "
+                     "types]. Parquet: the image column [default: image, else img]."),
+        click.option("--label-field", default=None, metavar="NAME[;NAME...]",
+                     help="Tars: the member holding the label as text, or json:KEY for a key "
+                     "of the json member, the first of these a sample has [default: "
+                     "cls;json:label]. Parquet: the label column [default: label, labels, "
+                     "else the file's one ClassLabel]. Where no input has a label, labels are "
+                     "-1."),
     ])
 
 

@@ -18,6 +18,7 @@ from preprocess.images import ImageWork, convert_span
 from tests.conftest import run_cli_process
 from tests.imagegen import make_image_folder, write_awkward_images
 from tests.integration.test_kill_resume import _kill_after_shards
+from tests.preprocess.sample_files import photo_rows, write_hf_parquet, write_tars
 from tests.preprocess.test_convert_text import DOCS, train_wordpiece
 
 ray = pytest.importorskip("ray")
@@ -62,6 +63,26 @@ def test_images_on_ray_are_byte_identical_to_the_local_engine(cli, ray_address: 
     rejects = (tmp_path / "ray" / "rejects.jsonl").read_text().splitlines()
     assert rejects and all(json.loads(r)["reason"] for r in rejects)
     assert ray.is_initialized(), "a Ray instance the caller started is left to the caller"
+
+
+@pytest.mark.parametrize("kind", ["tar", "parquet"])
+def test_tars_and_parquet_on_ray_are_byte_identical_to_the_local_engine(
+        cli, ray_address: str, tmp_path: Path, kind: str) -> None:
+    """Ray tasks list the tars and read the images from tars and Parquet row groups."""
+    if kind == "tar":
+        write_tars(tmp_path / "src", count=3, per_tar=10)
+    else:
+        rows = photo_rows(30)
+        write_hf_parquet(tmp_path / "src" / "train.parquet", rows["images"], row_group_size=8,
+                         label=rows["label"], caption=rows["caption"])
+    args = ["--short-side", 32, "--shard-size", "20KB"]
+    local = run_cli_process("convert", "images", tmp_path / "src", tmp_path / "local", *args,
+                            "--workers", 2)
+    assert local.returncode == 0, local.stderr
+    on_ray = cli("convert", "images", tmp_path / "src", tmp_path / "ray", *args,
+                 "--engine", "ray")
+    assert on_ray.code == 0, on_ray.err
+    assert_same_files(tmp_path / "local", tmp_path / "ray")
 
 
 @pytest.mark.parametrize("tokenizer", ["bytes", "wordpiece"])
