@@ -1,5 +1,6 @@
-"""`datapipe convert ... s3://bucket/prefix`: shards are made in a local staging folder, then
-uploaded, the manifest last (its presence is what makes a dataset complete, docs/FORMAT.md).
+"""Writing a dataset to a URL (`datapipe convert ... s3://bucket/prefix`, a DatasetWriter):
+shards are made in a local staging folder, then uploaded, the manifest last (its presence is
+what makes a dataset complete, docs/FORMAT.md).
 
 A killed upload resumes like a killed conversion: the staging folder keeps its journal until
 everything is uploaded, so a rerun keeps every shard, and objects already in the store with
@@ -31,12 +32,16 @@ def staging_directory(url: str, staging: Path | None) -> Path:
 
 
 class RemoteTarget:
-    """The URL a conversion's dataset goes to."""
+    """The URL a dataset goes to. `label` names it in errors ("OUT"), `overwrite` is the
+    setting that replaces a finished dataset ("--overwrite")."""
 
-    def __init__(self, url: str, is_ours: Callable[[str], bool]) -> None:
+    def __init__(self, url: str, is_ours: Callable[[str], bool], label: str = "OUT",
+                 overwrite: str = "--overwrite") -> None:
         self.store = RemoteDirectory(url)
         self.url = self.store.url
         self.is_ours = is_ours
+        self.label = label
+        self.overwrite = overwrite
 
     def prepare(self, overwrite: bool) -> None:
         """Refuse a finished dataset (unless `overwrite`, which unpublishes it first) and a
@@ -44,26 +49,39 @@ class RemoteTarget:
         names = self.store.sizes()
         foreign = sorted(n for n in names if not self.is_ours(n))
         if foreign:
-            raise ArgumentError(f"OUT {self.url} holds objects datapipe did not write "
+            raise ArgumentError(f"{self.label} {self.url} holds objects datapipe did not write "
                                 f"({foreign[0]}, ...); choose an empty or new prefix")
         if MANIFEST_NAME in names:
             if not overwrite:
-                raise ArgumentError(f"OUT {self.url} already holds a finished dataset; pass "
-                                    "--overwrite to replace it")
+                raise ArgumentError(f"{self.label} {self.url} already holds a finished dataset; "
+                                    f"pass {self.overwrite} to replace it")
             self.store.delete(MANIFEST_NAME)  # first: from now on it is not a dataset
 
     def upload(self, staging: Path, manifest: Manifest, side_files: list[str]) -> int:
         """Shards not yet in the store, then `side_files`, then the manifest; then remove
         shards no longer listed (an overwritten dataset's). Returns the shards sent."""
+        sent = self.send(staging, [s.name for s in manifest.shards], side_files,
+                         {s.name: s.bytes for s in manifest.shards})
+        self.publish(manifest)
+        return sent
+
+    def send(self, staging: Path, shards: list[str], side_files: list[str],
+             sizes: dict[str, int]) -> int:
+        """`shards` not yet in the store with their size (`sizes`), then `side_files`;
+        returns the shards sent."""
         present = self.store.sizes()
-        todo = [s.name for s in manifest.shards if present.get(s.name) != s.bytes]
+        todo = [name for name in shards if present.get(name) != sizes[name]]
         with ThreadPoolExecutor(_PARALLEL_UPLOADS) as pool:
             list(pool.map(lambda name: self.store.upload(staging / name, name), todo))
         for name in side_files:
             self.store.upload(staging / name, name)
+        return len(todo)
+
+    def publish(self, manifest: Manifest) -> None:
+        """The manifest, which makes the prefix a dataset; then remove shards it does not
+        list (an overwritten dataset's, a failed part's)."""
         self.store.write_bytes(MANIFEST_NAME, manifest.to_bytes())
         listed = {s.name for s in manifest.shards}
-        for name in present:
+        for name in self.store.sizes():
             if name.startswith("shard-") and name not in listed:
                 self.store.delete(name)
-        return len(todo)
