@@ -13,13 +13,11 @@ from datapipe.errors import DataError
 from datapipe.format.schema import Column
 from datapipe.format.shard_reader import ShardReader, stored_type_problem
 
-# Large (64-bit offset) types: a shard never hits the 2 GiB limit of 32-bit offsets.
-_SCALAR_ARROW = {"int32": pa.int32(), "int64": pa.int64(), "float64": pa.float64()}
-
 
 def arrow_type(col: Column) -> pa.DataType:
+    # Large (64-bit offset) types: a shard never hits the 2 GiB limit of 32-bit offsets.
     if col.is_scalar:
-        return _SCALAR_ARROW[col.type]
+        return pa.from_numpy_dtype(col.numpy_dtype)
     if col.type == "bytes":
         return pa.large_binary()
     if col.type == "string":
@@ -27,7 +25,8 @@ def arrow_type(col: Column) -> pa.DataType:
     return pa.large_list(pa.from_numpy_dtype(col.numpy_dtype))
 
 
-def _token_array(arrays: list[np.ndarray], dtype: np.dtype) -> pa.Array:
+def _list_array(arrays: list[np.ndarray], dtype: np.dtype) -> pa.Array:
+    """Token ids, or arrays given flat, as one large_list column."""
     lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
     offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -60,8 +59,8 @@ class ArrowShardStream:
         arrays = []
         for col in self._columns:
             values = data[col.name]
-            if col.is_tokens:
-                arrays.append(_token_array(values, col.numpy_dtype))
+            if col.is_list:
+                arrays.append(_list_array(values, col.numpy_dtype))
             elif col.type == "bytes":
                 arrays.append(_binary_array(values))
             else:
