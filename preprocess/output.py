@@ -180,7 +180,7 @@ class OutputDirectory:
             kind=self.kind, shard_format=self.options.shard_format, columns=self.columns,
             shards=tuple(self.writer.shards), settings=settings, tokenizer=tokenizer,
             classes=classes, stats={**stats, "inputs": inputs, "rejected": len(self.rejects)})
-        self.destination.publish(manifest, [REJECTS_NAME])
+        self.destination.publish(manifest, [REJECTS_NAME], resumed=True)
         with self.destination.writing():
             self.journal.remove()
         self.destination.finish()

@@ -23,6 +23,8 @@ from datapipe.format.remote import is_url, local_path
 from datapipe.format.upload import RemoteTarget, staging_directory
 
 REJECTS_NAME = "rejects.jsonl"
+# A conversion in progress (docs/FORMAT.md): `datapipe convert` resumes from it.
+JOURNAL_NAME = ".datapipe-convert.jsonl"
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class Wording:
 
 CONVERT_WORDING = Wording("OUT", "--overwrite", "datapipe convert",
                           "rerun the same command: it resumes from the last finished shard")
+WRITER_WORDING = Wording("DatasetWriter out", "overwrite=True", "DatasetWriter",
+                         "write the dataset again")
 
 
 def is_ours(name: str) -> bool:
@@ -73,9 +77,9 @@ class Destination:
     `overwrite` empties it of what `may_clear` names (default: every file of ours), and
     unpublishes a finished dataset there; without it a finished dataset is refused. What else
     of ours it holds (`leftovers`) is for the writer to judge: a conversion to resume, or an
-    unfinished write to clear. `shared` holds the lock shared, for the parts of one dataset
-    written side by side (see output_lock.py). For a URL, files go to `staging` (default: a
-    folder of the node's cache named after `staging_key`, the URL by default).
+    unfinished write to clear. `shared` holds a local folder's lock shared, for the parts of
+    one dataset written side by side (see output_lock.py). For a URL, files go to `staging`
+    (default: a folder of the node's cache named after `staging_key`, the URL by default).
     """
 
     def __init__(self, out: str | Path, wording: Wording, *, overwrite: bool = False,
@@ -93,7 +97,9 @@ class Destination:
             if self.folder.exists() and not self.folder.is_dir():
                 raise ArgumentError(f"{self.where} exists and is not a directory")
             self.folder.mkdir(parents=True, exist_ok=True)
-        self.lock = OutputLock(self.folder, self.where, wording.holder, shared)
+        # Parts writing to a URL stage apart: each holds its own staging folder alone.
+        self.lock = OutputLock(self.folder, self.where, wording.holder,
+                               shared and self.target is None)
         try:
             with self.writing():
                 self.lock.acquire()
@@ -131,22 +137,24 @@ class Destination:
             else:  # another part may have removed a name both may clear
                 path.unlink(missing_ok=True)
 
-    def publish(self, manifest: Manifest, side_files: list[str]) -> None:
+    def publish(self, manifest: Manifest, side_files: list[str], resumed: bool) -> None:
         """Make the written shards a dataset: the manifest saved last, or for a URL the shards
-        and `side_files` uploaded, then the manifest."""
+        and `side_files` uploaded, then the manifest. `resumed`: a shard already in the store
+        with its size is the one in the staging folder (a resumed conversion's, whose bytes
+        do not change) and is not sent again."""
         if self.target is None:
             with self.writing():
                 manifest.save(self.folder)
         else:
-            self.target.upload(self.folder, manifest, side_files)
+            self.target.upload(self.folder, manifest, side_files, resumed)
 
     def publish_side_file(self, name: str, data: bytes, shards: dict[str, int]) -> None:
-        """A file that makes no dataset (a part's record), with the shards it lists (names and
-        sizes): written atomically, or for a URL uploaded after those shards."""
+        """A file that makes no dataset (a part's record), after the shards it lists (names
+        and sizes): written atomically, or for a URL uploaded after those shards."""
         with self.writing():
             write_atomic(self.folder / name, data)
         if self.target is not None:
-            self.target.send(self.folder, list(shards), [name], shards)
+            self.target.send(self.folder, list(shards), [name], shards, resumed=False)
 
     def finish(self) -> None:
         """The dataset is where it belongs: empty the staging folder of a URL, give the lock
@@ -154,6 +162,17 @@ class Destination:
         if self.target is not None:
             with self.writing():
                 self.remove(self.leftovers())
+        self.release()
+        if self.target is not None:
+            with contextlib.suppress(OSError):
+                self.folder.rmdir()
+
+    def abandon(self, names: list[str]) -> None:
+        """Give up after a failure: remove `names` (for a URL, the whole staging folder:
+        nothing was sent), as far as possible, and give the lock back. The error that caused
+        it is the one the user sees, not one of the clean-up."""
+        with contextlib.suppress(OSError):
+            self.remove(self.leftovers() if self.target is not None else names)
         self.release()
         if self.target is not None:
             with contextlib.suppress(OSError):

@@ -57,19 +57,23 @@ class RemoteTarget:
                                     f"pass {self.overwrite} to replace it")
             self.store.delete(MANIFEST_NAME)  # first: from now on it is not a dataset
 
-    def upload(self, staging: Path, manifest: Manifest, side_files: list[str]) -> int:
-        """Shards not yet in the store, then `side_files`, then the manifest; then remove
-        shards no longer listed (an overwritten dataset's). Returns the shards sent."""
+    def upload(self, staging: Path, manifest: Manifest, side_files: list[str],
+               resumed: bool = True) -> int:
+        """Shards (not yet in the store, when `resumed`: see send), then `side_files`, then
+        the manifest; then remove shards no longer listed (an overwritten dataset's). Returns
+        the shards sent."""
         sent = self.send(staging, [s.name for s in manifest.shards], side_files,
-                         {s.name: s.bytes for s in manifest.shards})
+                         {s.name: s.bytes for s in manifest.shards}, resumed)
         self.publish(manifest)
         return sent
 
     def send(self, staging: Path, shards: list[str], side_files: list[str],
-             sizes: dict[str, int]) -> int:
-        """`shards` not yet in the store with their size (`sizes`), then `side_files`;
-        returns the shards sent."""
-        present = self.store.sizes()
+             sizes: dict[str, int], resumed: bool) -> int:
+        """`shards`, then `side_files`; returns the shards sent. When `resumed`, a shard the
+        store holds with its size (`sizes`) is not sent again: a resumed conversion's shards
+        are byte-identical to the ones a killed upload sent. Any other writer sends all: a
+        shard of the same name and size may hold other samples."""
+        present = self.store.sizes() if resumed else {}
         todo = [name for name in shards if present.get(name) != sizes[name]]
         with ThreadPoolExecutor(_PARALLEL_UPLOADS) as pool:
             list(pool.map(lambda name: self.store.upload(staging / name, name), todo))

@@ -24,22 +24,23 @@ SCALAR_NBYTES = 8
 CHUNK_BYTES = 32 << 20
 
 
-def shard_name(index: int, shard_format: str) -> str:
-    return f"shard-{index:05d}{get_format(shard_format).suffix}"
+def shard_name(index: int, shard_format: str, prefix: str = "shard-") -> str:
+    return f"{prefix}{index:05d}{get_format(shard_format).suffix}"
 
 
 def sample_nbytes(columns: tuple[Column, ...], sample: dict[str, Any]) -> int:
     """Approximate stored size of one sample, used to cut shards near the target size."""
-    return sum(_cell_nbytes(sample[col.name]) for col in columns)
+    return sum(cell_nbytes(sample[col.name]) for col in columns)
 
 
 def rows_nbytes(columns: tuple[Column, ...], rows: dict[str, Sequence[Any]]) -> list[int]:
     """`sample_nbytes` of each of the rows given column by column."""
-    per_column = [[_cell_nbytes(v) for v in rows[col.name]] for col in columns]
+    per_column = [[cell_nbytes(v) for v in rows[col.name]] for col in columns]
     return [sum(sizes) for sizes in zip(*per_column, strict=True)]
 
 
-def _cell_nbytes(value: Any) -> int:
+def cell_nbytes(value: Any) -> int:
+    """What one cell adds to its shard, about."""
     if isinstance(value, np.ndarray):
         return value.nbytes
     if isinstance(value, (bytes, bytearray, memoryview, str)):
@@ -56,13 +57,13 @@ class ShardSetWriter:
     previous one is written (one at a time, which bounds memory). A shard is written under a
     temporary name, fsynced and renamed when cut, then `on_shard(info, tag)` is called, in
     shard order, with the tag of the sample that opens the next shard: a reader never sees a
-    partial shard.
+    partial shard. Shards are named `prefix` and their index (shard-00000.arrow, ...).
     """
 
     def __init__(self, directory: str | Path, columns: tuple[Column, ...], shard_format: str,
                  target_bytes: int, first_index: int = 0,
                  on_shard: Callable[[ShardInfo, Any], None] | None = None,
-                 chunk_bytes: int | None = None) -> None:
+                 chunk_bytes: int | None = None, prefix: str = "shard-") -> None:
         self.directory = Path(directory)
         self.columns = columns
         self.shard_format = shard_format
@@ -70,6 +71,7 @@ class ShardSetWriter:
         self.chunk_bytes = chunk_bytes or CHUNK_BYTES
         self.next_index = first_index
         self.on_shard = on_shard
+        self.prefix = prefix
         self.shards: list[ShardInfo] = []
         self._chunk: dict[str, list] = {c.name: [] for c in columns}
         self._chunk_bytes = 0
@@ -142,7 +144,7 @@ class ShardSetWriter:
         self.wait()
         if self._background is None:
             self._background = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")
-        name = shard_name(self.next_index, self.shard_format)
+        name = shard_name(self.next_index, self.shard_format, self.prefix)
         self._writing = self._background.submit(self._write, name, chunk, closing)
 
     def wait(self) -> None:
