@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -26,22 +27,27 @@ def arrow_type(col: Column) -> pa.DataType:
     return pa.large_list(pa.from_numpy_dtype(col.numpy_dtype))
 
 
-class _Scratch:
-    """Buffers a column's values are joined in, chunk after chunk. A fresh 32 MB buffer per
-    chunk costs more than the copy into it: the allocator maps every one afresh, and each 4 KB
-    page faults on first touch (a quarter of a million faults per GB written)."""
+class _Scratch(threading.local):
+    """Buffers a column's values are joined in, chunk after chunk, shard after shard: one set
+    per writing thread. A fresh 32 MB buffer per chunk costs more than the copy into it: the
+    allocator maps every one afresh, and each page faults on first touch (a quarter of a
+    million faults per GB written, or huge pages to zero and compact)."""
 
     def __init__(self) -> None:
-        self._buffers: dict[str, np.ndarray] = {}
+        self._buffers: dict[tuple[int, str], np.ndarray] = {}
 
-    def take(self, name: str, count: int, dtype: np.dtype) -> np.ndarray:
-        """`count` values of `dtype` for column `name`, overwriting the last chunk's (which
-        the Arrow writer has written by then)."""
-        buffer = self._buffers.get(name)
-        if buffer is None or buffer.dtype != dtype or len(buffer) < count:
-            grown = 2 * len(buffer) if buffer is not None and buffer.dtype == dtype else 0
-            buffer = self._buffers[name] = np.empty(max(count, grown), dtype)
+    def take(self, column: int, count: int, dtype: np.dtype) -> np.ndarray:
+        """`count` values of `dtype` for the `column`-th column, overwriting the last chunk's
+        (which the Arrow writer has written by then)."""
+        key = (column, dtype.str)
+        buffer = self._buffers.get(key)
+        if buffer is None or len(buffer) < count:
+            grown = 2 * len(buffer) if buffer is not None else 0
+            buffer = self._buffers[key] = np.empty(max(count, grown), dtype)
         return buffer[:count]
+
+
+_SCRATCH = _Scratch()
 
 
 def _offsets(lengths: Iterable[int], count: int) -> np.ndarray:
@@ -79,20 +85,18 @@ class ArrowShardStream:
                                   for c in columns])
         self._stream = pa.PythonFile(sink, mode="w")
         self._writer = pa.ipc.new_file(self._stream, self._schema)
-        self._scratch = _Scratch()
 
     def append(self, data: dict[str, list]) -> None:
         arrays = []
-        for col in self._columns:
+        for i, col in enumerate(self._columns):
             values = data[col.name]
             if col.is_list:
                 count = sum(len(a) for a in values)
-                arrays.append(_list_array(values, self._scratch.take(col.name, count,
-                                                                     col.numpy_dtype)))
+                arrays.append(_list_array(values, _SCRATCH.take(i, count, col.numpy_dtype)))
             elif col.type == "bytes":
                 count = sum(len(v) for v in values)
-                arrays.append(_binary_array(values, self._scratch.take(col.name, count,
-                                                                       np.dtype(np.uint8))))
+                arrays.append(_binary_array(values, _SCRATCH.take(i, count,
+                                                                  np.dtype(np.uint8))))
             else:
                 arrays.append(pa.array(values, type=arrow_type(col)))
         self._writer.write_batch(pa.record_batch(arrays, schema=self._schema))
