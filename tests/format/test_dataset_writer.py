@@ -290,3 +290,12 @@ def test_a_full_disk_is_one_line_and_leaves_no_dataset_nor_shard(tmp_path: Path)
     assert message.startswith(f"DatasetWriter out {mnt / 'out'}: no space left on the device")
     assert message.endswith("free some and write the dataset again") and "\n" not in message
     assert (log / "left").read_text() == ""  # no manifest, no shard, no temporary file
+
+
+def test_a_shard_written_in_many_pieces_hashes_as_its_file(tmp_path: Path) -> None:
+    blobs = [np.random.default_rng(i).bytes(3_000_001) for i in range(4)]  # 12 MB, one batch
+    with dp.DatasetWriter(tmp_path / "out", {"blob": "bytes"}) as writer:
+        writer.write_all({"blob": b} for b in blobs)
+    (shard,) = writer.manifest.shards
+    assert hash_file(tmp_path / "out" / shard.name) == shard.hash
+    assert [dp.Dataset(tmp_path / "out")[i]["blob"].tobytes() for i in range(4)] == blobs
