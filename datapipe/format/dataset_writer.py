@@ -115,6 +115,7 @@ class DatasetWriter:
         self._derived = tuple(value for _, value in self.schema.derived)
         self.manifest: Manifest | None = None
         self.samples_written = 0
+        self._offered = 0  # refused samples included: errors number samples as the caller does
         self._closed = False
         self._destination = self._open(out, staging)
         self.where = self._destination.where
@@ -167,7 +168,8 @@ class DatasetWriter:
         if self._closed:
             raise ArgumentError(f"{self.where}: the writer is closed; open another to write "
                                 "more")
-        cells = self._cells(sample)
+        self._offered += 1
+        cells = self._cells(sample, self._offered - 1)
         for column, cell in zip(self._pending, cells, strict=True):
             column.append(cell)
         size = sum(cell_nbytes(cell) for cell in cells)
@@ -188,9 +190,10 @@ class DatasetWriter:
             self.write(sample)
         return self.samples_written - before
 
-    def _cells(self, sample: Mapping[str, Any]) -> list[Any]:
-        """The sample's cells in the shard's column order; DataError if it does not fit."""
-        position = f"{self.where}: sample {self.samples_written}"
+    def _cells(self, sample: Mapping[str, Any], number: int) -> list[Any]:
+        """The cells of sample `number` (counting every one given to write) in the shard's
+        column order; DataError if it does not fit."""
+        position = f"{self.where}: sample {number}"
         if not isinstance(sample, Mapping):
             raise DataError(f"{position} is a {type(sample).__name__}, not a dict of columns")
         if len(sample) != len(self._fields) or any(f.name not in sample for f in self._fields):

@@ -157,6 +157,9 @@ def test_a_refused_sample_is_not_written_and_the_writer_goes_on(tmp_path: Path) 
         with pytest.raises(dp.DataError, match=r"sample 1, column 'n'"):
             writer.write({"n": "one", "s": "b"})
         writer.write({"n": 2, "s": "c"})
+        with pytest.raises(dp.DataError, match=r"sample 3, column 's'"):  # as given, not kept
+            writer.write({"n": 3, "s": None})
+        assert writer.samples_written == 2
     with dp.Dataset(tmp_path / "out") as ds:
         assert [ds[i]["n"] for i in range(len(ds))] == [0, 2]
 

@@ -126,9 +126,9 @@ def test_a_sample_missing_a_column_or_with_an_extra_one_is_refused(
 def test_pixels_must_be_an_rgb_uint8_array(tmp_path: Path) -> None:
     with dp.DatasetWriter(tmp_path / "out", {"image": "pixels"}) as writer:
         writer.write({"image": np.zeros((4, 5, 3), np.uint8)})
-        for bad in (np.zeros((4, 5), np.uint8), np.zeros((4, 5, 3), np.float32),
-                    np.zeros((4, 5, 4), np.uint8), b"\0" * 60):
-            with pytest.raises(DataError, match=r"sample 1, column 'image': expected RGB "
-                                                r"pixels, a uint8 array of shape"):
+        for number, bad in enumerate((np.zeros((4, 5), np.uint8), np.zeros((4, 5, 3), np.float32),
+                                      np.zeros((4, 5, 4), np.uint8), b"\0" * 60), 1):
+            with pytest.raises(DataError, match=rf"sample {number}, column 'image': expected "
+                                                r"RGB pixels, a uint8 array of shape"):
                 writer.write({"image": bad})
     assert writer.manifest.settings["encoding"] == "raw"
