@@ -1,7 +1,8 @@
 """datapipe: keep the accelerator fed.
 
-Offline, `datapipe convert` turns raw images and text into shards; online, the loaders read
-them fast; the profiler says where the time goes.
+Offline, `datapipe convert` turns raw images and text into shards, and `DatasetWriter` writes
+them from your own samples; online, the loaders read them fast; the profiler says where the
+time goes.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from datapipe.pass_hooks import set_pass_wrapper
 
 __version__ = "0.1.0"
 
-# torch-dependent parts load on first use: `datapipe convert` and friends never need torch,
-# and importing it costs more than a second.
+# These load on first use: the loaders need torch, whose import costs more than a second, and
+# `datapipe convert` and friends never need it; the writer needs what writing needs.
 _LAZY = {"Loader": "datapipe.loader", "TokenLoader": "datapipe.loader",
-         "WorkerError": "datapipe.loader",
+         "WorkerError": "datapipe.loader", "DatasetWriter": "datapipe.format.dataset_writer",
+         "merge_parts": "datapipe.format.parts",
          "image": "datapipe.image", "cli": "datapipe.cli", "profile": "datapipe.profiling"}
 
 
@@ -43,5 +45,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'datapipe' has no attribute {name!r}")
 
 
-__all__ = ["ArgumentError", "DataError", "DatapipeError", "Dataset", "Loader", "Manifest",
-           "TokenLoader", "WorkerError", "__version__", "cli", "image", "profile"]
+__all__ = ["ArgumentError", "DataError", "DatapipeError", "Dataset", "DatasetWriter", "Loader",
+           "Manifest", "TokenLoader", "WorkerError", "__version__", "cli", "image",
+           "merge_parts", "profile"]

@@ -63,9 +63,10 @@ class ShardProblem:
     problem: str
 
 
-# The columns each loader reads, by dataset kind, and what they must be.
+# The columns each loader reads, by dataset kind, and what they must be. A table (written by
+# DatasetWriter with neither an image nor a tokens column) is read by Dataset alone.
 _NEEDED = {"images": {"image": "bytes", "label": "scalar", "height": "scalar", "width": "scalar"},
-           "text": {"tokens": "tokens", "length": "scalar"}}
+           "text": {"tokens": "tokens", "length": "scalar"}, "table": {}}
 
 
 def verify(directory: str | Path | Location,

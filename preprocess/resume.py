@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.errors import ArgumentError
+from datapipe.format.destination import JOURNAL_NAME
 from datapipe.format.manifest import ShardInfo
-
-JOURNAL_NAME = ".datapipe-convert.jsonl"
 
 
 @dataclass

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -13,13 +15,11 @@ from datapipe.errors import DataError
 from datapipe.format.schema import Column
 from datapipe.format.shard_reader import ShardReader, stored_type_problem
 
-# Large (64-bit offset) types: a shard never hits the 2 GiB limit of 32-bit offsets.
-_SCALAR_ARROW = {"int32": pa.int32(), "int64": pa.int64(), "float64": pa.float64()}
-
 
 def arrow_type(col: Column) -> pa.DataType:
+    # Large (64-bit offset) types: a shard never hits the 2 GiB limit of 32-bit offsets.
     if col.is_scalar:
-        return _SCALAR_ARROW[col.type]
+        return pa.from_numpy_dtype(col.numpy_dtype)
     if col.type == "bytes":
         return pa.large_binary()
     if col.type == "string":
@@ -27,21 +27,51 @@ def arrow_type(col: Column) -> pa.DataType:
     return pa.large_list(pa.from_numpy_dtype(col.numpy_dtype))
 
 
-def _token_array(arrays: list[np.ndarray], dtype: np.dtype) -> pa.Array:
-    lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    values = np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.empty(0, dtype)
+class _Scratch(threading.local):
+    """Buffers a column's values are joined in, chunk after chunk, shard after shard: one set
+    per writing thread. A fresh 32 MB buffer per chunk costs more than the copy into it: the
+    allocator maps every one afresh, and each page faults on first touch (a quarter of a
+    million faults per GB written, or huge pages to zero and compact)."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[int, str], np.ndarray] = {}
+
+    def take(self, column: int, count: int, dtype: np.dtype) -> np.ndarray:
+        """`count` values of `dtype` for the `column`-th column, overwriting the last chunk's
+        (which the Arrow writer has written by then)."""
+        key = (column, dtype.str)
+        buffer = self._buffers.get(key)
+        if buffer is None or len(buffer) < count:
+            grown = 2 * len(buffer) if buffer is not None else 0
+            buffer = self._buffers[key] = np.empty(max(count, grown), dtype)
+        return buffer[:count]
+
+
+_SCRATCH = _Scratch()
+
+
+def _offsets(lengths: Iterable[int], count: int) -> np.ndarray:
+    offsets = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(lengths, dtype=np.int64, count=count), out=offsets[1:])
+    return offsets
+
+
+def _list_array(arrays: list[np.ndarray], values: np.ndarray) -> pa.Array:
+    """Token ids, or arrays given flat, as one large_list column whose values are joined in
+    `values` (as many as the arrays hold, of the column's dtype)."""
+    offsets = _offsets((len(a) for a in arrays), len(arrays))
+    if arrays:
+        np.concatenate(arrays, out=values, casting="unsafe")
     return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values))
 
 
-def _binary_array(values: list) -> pa.Array:
-    """One joined buffer plus offsets: pa.array() over a list of bytes is several times slower
-    (and imports pandas when it is installed). Same bytes on disk either way."""
-    lengths = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
-    offsets = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    data = b"".join(bytes(v) if not isinstance(v, bytes) else v for v in values)
+def _binary_array(values: list, data: np.ndarray) -> pa.Array:
+    """One joined buffer (`data`, as many bytes as the values hold) plus offsets: pa.array()
+    over a list of bytes is several times slower (and imports pandas when it is installed).
+    Same bytes on disk either way."""
+    offsets = _offsets((len(v) for v in values), len(values))
+    if values:
+        np.concatenate([np.frombuffer(v, dtype=np.uint8) for v in values], out=data)
     return pa.Array.from_buffers(pa.large_binary(), len(values),
                                  [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
@@ -58,12 +88,15 @@ class ArrowShardStream:
 
     def append(self, data: dict[str, list]) -> None:
         arrays = []
-        for col in self._columns:
+        for i, col in enumerate(self._columns):
             values = data[col.name]
-            if col.is_tokens:
-                arrays.append(_token_array(values, col.numpy_dtype))
+            if col.is_list:
+                count = sum(len(a) for a in values)
+                arrays.append(_list_array(values, _SCRATCH.take(i, count, col.numpy_dtype)))
             elif col.type == "bytes":
-                arrays.append(_binary_array(values))
+                count = sum(len(v) for v in values)
+                arrays.append(_binary_array(values, _SCRATCH.take(i, count,
+                                                                  np.dtype(np.uint8))))
             else:
                 arrays.append(pa.array(values, type=arrow_type(col)))
         self._writer.write_batch(pa.record_batch(arrays, schema=self._schema))

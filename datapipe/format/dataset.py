@@ -6,7 +6,7 @@ shards reach a local path through the node's cache.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +119,38 @@ class Dataset:
         return shards, indices - self.shard_starts[shards]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
+        """Sample `index` as {column: value}: a payload (bytes, tokens, an array) as a numpy
+        array over the shard's memory map, in its shape, any other column as a Python value."""
         k, row = self.locate(index)
         return self.shard(k).row(row)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Every sample, in order (as `self[i]` gives them)."""
+        for k in range(self.num_shards):
+            reader = self.shard(k)
+            for row in range(reader.num_rows):
+                yield reader.row(row)
+
+    def cells(self, name: str, indices: Sequence[int] | np.ndarray) -> np.ndarray | list[Any]:
+        """Column `name` of the samples `indices`: an array for a scalar column and a
+        fixed-shape array (stacked: N x shape), a list for the others (str, bytes, arrays of
+        any length)."""
+        column = self.manifest.column(name)
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(indices) and (indices.min() < 0 or indices.max() >= len(self)):
+            bad = indices[(indices < 0) | (indices >= len(self))][0]
+            self.locate(int(bad))  # the error that names it
+        shards, rows = self.locate_many(indices)
+        cells = [self.shard(k).cell(name, row)
+                 for k, row in zip(shards.tolist(), rows.tolist(), strict=True)]
+        if column.type == "bytes":
+            return [cell.tobytes() for cell in cells]
+        if column.is_scalar:
+            return np.asarray(cells, dtype=column.numpy_dtype)
+        if column.shape is not None:
+            return np.stack(cells) if cells else np.empty((0, *column.shape),
+                                                          column.numpy_dtype)
+        return cells
 
     def scalar(self, name: str) -> np.ndarray:
         """A scalar column over the whole dataset (labels, lengths), read shard by shard."""

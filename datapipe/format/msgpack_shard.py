@@ -2,8 +2,9 @@
 
 Layout: MAGIC | record 0 | record 1 | ... | footer (msgpack map) | footer length (u64 LE) | MAGIC.
 A record is a msgpack array of the row's values in column order (payloads as `bin`, token ids
-as their little-endian bytes). The footer holds the row offsets (u64 each, absolute, rows + 1)
-and every scalar column as a packed array, so labels and lengths never need a record decoded.
+and arrays as their little-endian bytes). The footer holds the row offsets (u64 each,
+absolute, rows + 1) and every scalar column as a packed array, so labels and lengths never
+need a record decoded.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ _TAIL = struct.Struct("<Q")
 
 
 def _encode_cell(col: Column, value: Any) -> Any:
-    if col.is_tokens:
+    if col.is_list:
         return np.ascontiguousarray(value, dtype=col.numpy_dtype.newbyteorder("<")).tobytes()
     if col.type == "bytes":
         return bytes(value)

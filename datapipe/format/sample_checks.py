@@ -24,6 +24,10 @@ def check_samples(reader: ShardReader, manifest: Manifest) -> None:
         _check_tokens(reader, manifest)
     if "image" in reader.columns and {"height", "width"} <= set(reader.columns):
         _check_images(reader, manifest)
+    for column in reader.columns.values():
+        if column.shape is not None and reader.payload_lengths(column.name) is None:
+            for row in range(reader.num_rows):  # a msgpack record is checked as it is read
+                reader.cell(column.name, row)
 
 
 def _check_tokens(reader: ShardReader, manifest: Manifest) -> None:

@@ -13,11 +13,12 @@ from datapipe.format.shard_stream import ShardStream
 
 class ShardFile:
     """One shard being written at `path`, its rows appended a chunk at a time, so a large shard
-    is on disk (and hashed) while its last rows are still being made; `finish` fsyncs it."""
+    is on disk (and hashed) while its last rows are still being made; `end`, then `sync`,
+    close it."""
 
     def __init__(self, path: str | Path, shard_format: str, columns: tuple[Column, ...]) -> None:
         stream = get_format(shard_format, path).codec.stream
-        self._file = open(path, "wb")  # noqa: SIM115 - closed by finish() or abandon()
+        self._file = open(path, "wb")  # noqa: SIM115 - closed by end(), sync() or abandon()
         self._sink = HashingWriter(self._file)
         try:
             self._stream: ShardStream = stream(self._sink, columns)
@@ -29,14 +30,21 @@ class ShardFile:
         """Append rows given column by column (payloads as bytes or numpy arrays)."""
         self._stream.append(data)
 
-    def finish(self) -> str:
-        """Write the format's closing bytes, fsync and close; returns the hash of the file's
-        bytes, taken as they were written."""
-        with self._file:
+    def end(self) -> str:
+        """Write the format's closing bytes; returns the hash of the file's bytes, taken as
+        they were written. `sync` then makes them durable."""
+        try:
             self._stream.finish()
             self._file.flush()
-            os.fsync(self._file.fileno())
+        except BaseException:
+            self._file.close()
+            raise
         return self._sink.hash()
+
+    def sync(self) -> None:
+        """fsync and close (from any thread: the writing one goes on with the next shard)."""
+        with self._file:
+            os.fsync(self._file.fileno())
 
     def abandon(self) -> None:
         """Close without finishing (the run failed): the partial file stays for the next run to

@@ -52,8 +52,21 @@ class ShardReader(ABC):
         """Release the file mapping."""
 
     def row(self, row: int) -> dict[str, Any]:
-        return {name: (self.payload(name, row) if col.is_payload else self.value(name, row))
-                for name, col in self.columns.items()}
+        return {name: self.cell(name, row) for name in self.columns}
+
+    def cell(self, name: str, row: int) -> Any:
+        """One cell as a reader wants it: a payload as a numpy array (zero-copy where the
+        format allows; a fixed-shape array in its shape), any other column as `value` gives."""
+        col = self._column(name)
+        if not col.is_payload:
+            return self.value(name, row)
+        values = self.payload(name, row)
+        if col.shape is None:
+            return values
+        if len(values) != col.size:
+            raise self.corrupt(row, f"column {name!r} holds {len(values)} numbers, not "
+                                    f"{col.size} (shape {col.shape})")
+        return values.reshape(col.shape)
 
     def _column(self, name: str) -> Column:
         try:

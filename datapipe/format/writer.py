@@ -24,22 +24,23 @@ SCALAR_NBYTES = 8
 CHUNK_BYTES = 32 << 20
 
 
-def shard_name(index: int, shard_format: str) -> str:
-    return f"shard-{index:05d}{get_format(shard_format).suffix}"
+def shard_name(index: int, shard_format: str, prefix: str = "shard-") -> str:
+    return f"{prefix}{index:05d}{get_format(shard_format).suffix}"
 
 
 def sample_nbytes(columns: tuple[Column, ...], sample: dict[str, Any]) -> int:
     """Approximate stored size of one sample, used to cut shards near the target size."""
-    return sum(_cell_nbytes(sample[col.name]) for col in columns)
+    return sum(cell_nbytes(sample[col.name]) for col in columns)
 
 
 def rows_nbytes(columns: tuple[Column, ...], rows: dict[str, Sequence[Any]]) -> list[int]:
     """`sample_nbytes` of each of the rows given column by column."""
-    per_column = [[_cell_nbytes(v) for v in rows[col.name]] for col in columns]
+    per_column = [[cell_nbytes(v) for v in rows[col.name]] for col in columns]
     return [sum(sizes) for sizes in zip(*per_column, strict=True)]
 
 
-def _cell_nbytes(value: Any) -> int:
+def cell_nbytes(value: Any) -> int:
+    """What one cell adds to its shard, about."""
     if isinstance(value, np.ndarray):
         return value.nbytes
     if isinstance(value, (bytes, bytearray, memoryview, str)):
@@ -54,15 +55,16 @@ class ShardSetWriter:
     handed to a background thread that appends them to the shard's file while the next chunk
     fills; the process feeding samples waits on the disk only when a chunk is ready before the
     previous one is written (one at a time, which bounds memory). A shard is written under a
-    temporary name, fsynced and renamed when cut, then `on_shard(info, tag)` is called, in
-    shard order, with the tag of the sample that opens the next shard: a reader never sees a
-    partial shard.
+    temporary name; when it is cut, a second thread fsyncs and renames it while the next one
+    is written (one waits on the disk at a time), then calls `on_shard(info, tag)`, in shard
+    order, with the tag of the sample that opens the next shard: a reader never sees a partial
+    shard. Shards are named `prefix` and their index (shard-00000.arrow, ...).
     """
 
     def __init__(self, directory: str | Path, columns: tuple[Column, ...], shard_format: str,
                  target_bytes: int, first_index: int = 0,
                  on_shard: Callable[[ShardInfo, Any], None] | None = None,
-                 chunk_bytes: int | None = None) -> None:
+                 chunk_bytes: int | None = None, prefix: str = "shard-") -> None:
         self.directory = Path(directory)
         self.columns = columns
         self.shard_format = shard_format
@@ -70,6 +72,7 @@ class ShardSetWriter:
         self.chunk_bytes = chunk_bytes or CHUNK_BYTES
         self.next_index = first_index
         self.on_shard = on_shard
+        self.prefix = prefix
         self.shards: list[ShardInfo] = []
         self._chunk: dict[str, list] = {c.name: [] for c in columns}
         self._chunk_bytes = 0
@@ -78,6 +81,8 @@ class ShardSetWriter:
         self._background: ThreadPoolExecutor | None = None
         self._writing: Future[None] | None = None
         self._open: ShardFile | None = None  # the background thread's
+        self._finisher: ThreadPoolExecutor | None = None
+        self._finishing: Future[None] | None = None  # the last shard cut, being published
 
     @property
     def buffered_rows(self) -> int:
@@ -142,7 +147,7 @@ class ShardSetWriter:
         self.wait()
         if self._background is None:
             self._background = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")
-        name = shard_name(self.next_index, self.shard_format)
+        name = shard_name(self.next_index, self.shard_format, self.prefix)
         self._writing = self._background.submit(self._write, name, chunk, closing)
 
     def wait(self) -> None:
@@ -157,7 +162,15 @@ class ShardSetWriter:
         cutting = self._rows > 0
         self.cut(tag)
         self.wait()
+        self._wait_finishing()
         return self.shards[-1] if cutting else None
+
+    def _wait_finishing(self) -> None:
+        """Until the last shard cut is published; its error, if any, is raised here. Called
+        by the background thread, or once it is idle."""
+        finishing, self._finishing = self._finishing, None
+        if finishing is not None:
+            finishing.result()
 
     def close(self) -> None:
         """Stop the background writer, after the chunk it is writing (its error is dropped:
@@ -165,9 +178,12 @@ class ShardSetWriter:
         unfinished stays under its temporary name."""
         with contextlib.suppress(Exception):
             self.wait()
-        if self._background is not None:
-            self._background.shutdown(wait=True)
-            self._background = None
+        with contextlib.suppress(Exception):
+            self._wait_finishing()
+        for executor in (self._background, self._finisher):
+            if executor is not None:
+                executor.shutdown(wait=True)
+        self._background = self._finisher = None
         if self._open is not None:
             self._open.abandon()
             self._open = None
@@ -185,9 +201,17 @@ class ShardSetWriter:
         rows, tag = closing
         shard, self._open = self._open, None
         assert shard is not None, "a shard is closed only after rows were appended"
-        digest = shard.finish()
+        digest = shard.end()
+        self._wait_finishing()  # the shard before: published in order, one fsync at a time
+        if self._finisher is None:
+            self._finisher = ThreadPoolExecutor(1, thread_name_prefix="shard-finisher")
+        self._finishing = self._finisher.submit(self._publish, shard, name, rows, tag, digest)
+
+    def _publish(self, shard: ShardFile, name: str, rows: int, tag: Any, digest: str) -> None:
+        """On the finishing thread: make the shard durable, rename it into place, say so."""
+        shard.sync()
         final = self.directory / name
-        os.replace(tmp, final)
+        os.replace(self.directory / (name + ".tmp"), final)
         info = ShardInfo(name=name, rows=rows, bytes=final.stat().st_size, hash=digest)
         self.shards.append(info)
         if self.on_shard is not None:

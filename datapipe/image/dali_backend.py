@@ -269,12 +269,8 @@ class DaliProducer:
         meta: dict[str, Any] = {"count": len(indices), "index": indices,
                                 "label": builder.labels[indices], "is_padding": is_pad,
                                 "skipped": []}
-        for name, values in builder.extras.items():
-            if values is not None:
-                meta[name] = values[indices]
-                continue
-            with self.dataset_lock:
-                meta[name] = [builder.dataset[int(i)][name] for i in indices]
+        with self.dataset_lock:
+            meta["columns"] = builder.extras.of(indices)
         return meta
 
     def _outputs(self, pipe: Any) -> Any:

@@ -14,6 +14,7 @@ from datapipe.format.sources import Location
 from datapipe.image.cpu_decode import decode_into
 from datapipe.image.normalize import NUMPY_DTYPES, normalize_table
 from datapipe.image.transforms import Normalize, Pipeline, plan_crops
+from datapipe.loader.extra_columns import ExtraColumns
 from datapipe.loader.workers import BatchTask, worker_timing
 
 ON_ERROR = ("raise", "skip")
@@ -62,12 +63,8 @@ class ImageBatchBuilder:
         self.heights = self.dataset.scalar("height").astype(np.int64)
         self.widths = self.dataset.scalar("width").astype(np.int64)
         self.labels = self.dataset.scalar("label").astype(np.int64)
-        self.extras = {name: self._extra_column(name) for name in spec.extra_columns}
+        self.extras = ExtraColumns(self.dataset, spec.extra_columns)
         self.table = normalize_table(spec.normalize) if spec.normalize else None
-
-    def _extra_column(self, name: str) -> np.ndarray | None:
-        column = self.dataset.manifest.column(name)
-        return self.dataset.scalar(name) if column.is_scalar else None
 
     def build(self, task: BatchTask, out: np.ndarray) -> dict[str, Any]:
         started = time.perf_counter()
@@ -107,9 +104,7 @@ class ImageBatchBuilder:
         meta: dict[str, Any] = {"count": len(kept), "index": idx[keep],
                                 "label": self.labels[idx[keep]], "is_padding": task.is_pad[keep],
                                 "skipped": skipped}
-        for name, values in self.extras.items():
-            meta[name] = values[idx[keep]] if values is not None else [
-                self.dataset.shard(int(shards[j])).value(name, int(rows[j])) for j in kept]
+        meta["columns"] = self.extras.of(idx[keep])
         ended = time.perf_counter()
         meta["timing"] = worker_timing(started, ended, {"read": read_s, "decode": decode_s})
         return meta

@@ -25,12 +25,16 @@ from datapipe.loader.base import LoaderBase, refuse_empty
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
+from datapipe.loader.extra_columns import add_to_batch
+from datapipe.loader.extra_columns import choose as extra_column_names
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
 from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.sampling.order import EpochPlan, SampleRemainder, epoch_permutation
 from datapipe.system import available_cores
 
 DECODERS = ("cpu", "dali")
+# The columns a batch holds as its own fields (image, label) or reads to make them.
+STANDARD_COLUMNS = {"image", "label", "height", "width", "path"}
 
 
 class Loader(LoaderBase):
@@ -97,7 +101,7 @@ class Loader(LoaderBase):
                 ds.check_hashes()  # here, before workers fork: each shard is hashed once
             self.num_samples = len(ds)
             out_size = self._output_size(ds, self.pipeline)
-            extras = self._extra_columns(ds, extra_columns)
+            extras = extra_column_names(ds.manifest, extra_columns, STANDARD_COLUMNS)
             self._manifest = manifest_fingerprint(ds.manifest)
         self._check_fields(("image", "label", "index", "is_padding", *extras))
         in_workers, batch_steps = (split_for_workers(self.pipeline.batch_steps, self.device)
@@ -132,16 +136,6 @@ class Loader(LoaderBase):
             raise ArgumentError(f"{ds.directory}: stored images differ in size; give a "
                                 "transform that crops to one size (RandomResizedCrop, CenterCrop)")
         return (int(heights[0]), int(widths[0])) if len(heights) else (1, 1)
-
-    @staticmethod
-    def _extra_columns(ds: Dataset, wanted: tuple[str, ...] | None) -> tuple[str, ...]:
-        standard = {"image", "label", "height", "width", "path"}
-        extras = tuple(c for c in ds.manifest.column_names if c not in standard)
-        if wanted is None:
-            return extras
-        for name in wanted:
-            ds.manifest.column(name)
-        return tuple(wanted)
 
     def _largest_batch(self) -> int:
         """The most samples a batch of this rank can hold: batch_size, or the rank's share of
@@ -218,9 +212,7 @@ class Loader(LoaderBase):
             "index": torch.from_numpy(np.asarray(meta["index"], dtype=np.int64)),
             "is_padding": torch.from_numpy(np.asarray(meta["is_padding"], dtype=bool)),
         }
-        for name in self.spec.extra_columns:
-            value = meta[name]
-            batch[name] = torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+        add_to_batch(batch, meta["columns"])
         return batch
 
     def _report_skips(self) -> None:

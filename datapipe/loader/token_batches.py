@@ -12,6 +12,7 @@ import numpy as np
 from datapipe.format.dataset import Dataset
 from datapipe.format.manifest import Manifest
 from datapipe.format.sources import Location
+from datapipe.loader.extra_columns import ExtraColumns
 from datapipe.loader.workers import BatchTask, worker_timing
 
 
@@ -31,8 +32,10 @@ class TokenViews:
 
 
 class TokenBatchBuilder:
-    def __init__(self, directory: str | Location, verify: str = "cheap") -> None:
+    def __init__(self, directory: str | Location, verify: str = "cheap",
+                 extra_columns: tuple[str, ...] = ()) -> None:
         self.dataset = Dataset(directory, verify=verify)
+        self.extras = ExtraColumns(self.dataset, extra_columns)
         self.dtype = self.dataset.manifest.column("tokens").numpy_dtype
         self.vocab_size = _checkable_vocab_size(self.dataset.manifest, self.dtype)
         self._views: dict[int, TokenViews | None] = {}
@@ -68,6 +71,7 @@ class TokenBatchBuilder:
         ended = time.perf_counter()
         return {"count": pos, "seg_lengths": end - start, "rows": task.extra["rows"],
                 "index": task.indices, "is_padding": task.is_pad,
+                "columns": self.extras.of(task.indices),
                 "timing": worker_timing(started, ended, {"read": ended - started})}
 
     def _record_tokens(self, k: int, row: int) -> np.ndarray:

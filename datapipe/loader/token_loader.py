@@ -21,6 +21,8 @@ from datapipe.loader.base import LoaderBase, refuse_empty
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import prefetch_to_device, resolve_device
 from datapipe.loader.distributed import resolve_rank
+from datapipe.loader.extra_columns import add_to_batch
+from datapipe.loader.extra_columns import choose as extra_column_names
 from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.loader.token_batches import TokenBatchBuilder
 from datapipe.sampling.order import epoch_permutation
@@ -75,7 +77,9 @@ class TokenLoader(LoaderBase):
     `pad_to_multiple_of`), with `attention_mask`. layout="fixed": rows of exactly `seq_len`
     built by best-fit-decreasing packing, with `cu_seqlens`/`position_ids` per document.
     Every batch has `index` (document ids in order), `is_padding` (a repeated batch that
-    evens out ranks), `num_real_tokens` and `efficiency` (real tokens / tokens computed).
+    evens out ranks), `num_real_tokens` and `efficiency` (real tokens / tokens computed), plus
+    the dataset's metadata columns (`extra_columns`, default all but `tokens` and `length`),
+    one value per entry of `index`: a tensor for numbers and fixed-shape arrays, else a list.
     `fields=("input_ids", "labels")` yields that tuple instead of the dict.
 
     verify="cheap" (the default) checks each shard's token offsets and lengths as it is opened
@@ -96,7 +100,8 @@ class TokenLoader(LoaderBase):
                  prefetch: int = 4, persistent: bool = True, bucket_batches: int = 64,
                  pack_window: int = 16384, verify: str = "cheap",
                  cache_dir: str | Path | None = None, cache_size: int | str | None = None,
-                 fields: Iterable[str] | None = None) -> None:
+                 fields: Iterable[str] | None = None,
+                 extra_columns: tuple[str, ...] | None = None) -> None:
         super().__init__(path, fields)
         self.path = resolve_location(path, cache_dir, cache_size)
         verify = check_verify_mode(verify)
@@ -115,7 +120,6 @@ class TokenLoader(LoaderBase):
         self.bucket_batches = check_counter("bucket_batches", bucket_batches, minimum=1)
         self.pack_window = check_counter("pack_window", pack_window, minimum=1)
         self._validate()
-        self._check_fields(BATCH_KEYS.get(layout, ()) + COMMON_KEYS)
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self._group_implicit = rank is None and world_size is None
         self.device = resolve_device(device)
@@ -128,6 +132,8 @@ class TokenLoader(LoaderBase):
             self.lengths = document_lengths(ds)
             self.token_dtype = ds.manifest.column("tokens").numpy_dtype
             self._manifest = manifest_fingerprint(ds.manifest)
+            extras = extra_column_names(ds.manifest, extra_columns, {"tokens", "length"})
+        self._check_fields(BATCH_KEYS.get(layout, ()) + COMMON_KEYS + extras)
         self.num_documents = len(self.lengths)
         if layout == "padded" and max_tokens is not None:
             check_fits_padded(self.lengths, max_tokens, pad_to_multiple_of)  # fail early
@@ -135,8 +141,8 @@ class TokenLoader(LoaderBase):
         self._tokens_computed = 0
         tokens = self._max_batch_tokens()
         self._producer = BatchProducer(
-            functools.partial(TokenBatchBuilder, self.path, verify), num_workers, prefetch,
-            tokens * self.token_dtype.itemsize, persistent)
+            functools.partial(TokenBatchBuilder, self.path, verify, extras), num_workers,
+            prefetch, tokens * self.token_dtype.itemsize, persistent)
         self._producer.check_memory(self._passes.owner, f"a batch of up to {tokens:,} tokens "
                                     f"({self.token_dtype})", "max_tokens (or batch_size, or "
                                     "seq_len), num_workers or prefetch")
@@ -220,6 +226,7 @@ class TokenLoader(LoaderBase):
                             np.asarray(meta["rows"], dtype=np.int64), self.collate_options)
             batch["index"] = torch.from_numpy(np.asarray(meta["index"], dtype=np.int64))
             batch["is_padding"] = bool(plan.is_pad[b])
+            add_to_batch(batch, meta["columns"])
             if not batch["is_padding"]:
                 self._tokens_seen += batch["num_real_tokens"]
                 self._tokens_computed += batch["input_ids"].numel()
