@@ -12,7 +12,7 @@ from pathlib import Path
 
 from datapipe.errors import DataError
 from datapipe.format.manifest import FORMAT_NAME, MANIFEST_NAME
-from preprocess.output_lock import LOCK_NAME
+from datapipe.format.output_lock import LOCK_NAME
 from preprocess.resume import JOURNAL_NAME
 
 TEXT_ENCODING = "utf-8-sig"  # UTF-8, with the byte-order mark Excel and Notepad put first

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from preprocess.output_lock import LOCK_NAME
+from datapipe.format.output_lock import LOCK_NAME
 from preprocess.resume import JOURNAL_NAME
 from tests.conftest import run_cli_process
 from tests.imagegen import make_image_folder
