@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import importlib
-import io
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from datapipe.suite import fixtures, runner
+from datapipe.suite.groups import convert_sources as held
+from datapipe.suite.groups import writer_peers
 from datapipe.suite.groups.fidelity import QUALITY, SHORT_SIDE, Fidelity
 from datapipe.suite.machine import revision
 from datapipe.suite.options import Options
@@ -22,7 +23,17 @@ from datapipe.suite.report import Entry, Panel, goal_verdict, markdown_table
 from datapipe.suite.runner import Group, GroupResult, Outcome, Peer, Record
 
 SHARD_BYTES = 256 << 20
-GOALS = (("litdata", "LitData's", 2.0), ("datapipe-before", "--before's", 0.9))  # x images/s
+# (datapipe's peer, the other, its label, the least ratio of their rates, the rates' unit)
+GOALS = (("datapipe", "litdata", "LitData's", 2.0, "images/s"),
+         ("datapipe", "datapipe-before", "--before's", 0.9, "images/s"),
+         ("datapipe-tars", "datapipe", "from the folder", 0.9, "images/s"),
+         ("datapipe-parquet", "datapipe", "from the folder", 0.9, "images/s"),
+         ("datapipe-tars", "litdata-tars", "LitData's from the tars", 2.0, "images/s"),
+         ("datapipe-parquet", "litdata-parquet", "LitData's from the Parquet", 2.0, "images/s"),
+         ("datapipe-writer", "disk", "the disk's sequential", 0.8, "MB/s"))
+SOURCES = ("tars", "parquet")  # the photos as people hold them (convert_sources)
+PIECES_LINE = (f"{fixtures.PIECES} WebDataset tars (jpg + cls) and {held.PARQUET_FILES} "
+               "Hugging Face Parquet files (image struct of bytes and path, label)")
 PSNR_GAP_DB = 0.5  # datapipe's images: median PSNR within this of a full decode's
 SAME_TOKENS = {"datasets": "datapipe-text-wordpiece"}  # peer: datapipe with its tokenizer
 
@@ -32,16 +43,8 @@ SAME_TOKENS = {"datasets": "datapipe-text-wordpiece"}  # peer: datapipe with its
 
 def plain_transform(item: tuple[str, int]) -> dict[str, Any]:
     """One photo the straightforward way: full decode, orient, RGB, resize, re-encode."""
-    from PIL import Image, ImageOps
-
     path, label = item
-    with Image.open(path) as opened:
-        image = ImageOps.exif_transpose(opened).convert("RGB")
-    scale = SHORT_SIDE / min(image.size)
-    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-    buffer = io.BytesIO()
-    image.resize(size, Image.Resampling.BICUBIC).save(buffer, "JPEG", quality=QUALITY)
-    return {"image": buffer.getvalue(), "label": label}
+    return held.plain_transform(Path(path).read_bytes(), label)
 
 
 def datapipe_images(src: Path, out: Path, workers: int) -> Record:
@@ -133,6 +136,22 @@ class ConvertGroup(Group):
         peer("litdata", "LitData optimize()", "photos", litdata_images, "litdata"),
         peer("webdataset", "WebDataset ShardWriter + Pool.imap", "photos", webdataset_images,
              "multiprocessing", "webdataset"),
+        peer("datapipe-tars", "datapipe convert_images (WebDataset tars)", "tars",
+             datapipe_images, "preprocess.images", "preprocess.image_ops", "preprocess.output",
+             ours=True),
+        peer("datapipe-parquet", "datapipe convert_images (HF Parquet)", "parquet",
+             datapipe_images, "preprocess.images", "preprocess.image_ops", "preprocess.output",
+             ours=True),
+        peer("litdata-tars", "LitData optimize() over the tars", "tars", held.litdata_tars,
+             "litdata", "webdataset"),
+        peer("litdata-parquet", "LitData optimize() over the Parquet", "parquet",
+             held.litdata_parquet, "litdata", "pyarrow.parquet"),
+        peer("webdataset-tars", "WebDataset pipeline + WebLoader + ShardWriter", "tars",
+             held.webdataset_tars, "webdataset"),
+        Peer("datapipe-writer", "datapipe DatasetWriter, encoded samples",
+             writer_peers.datapipe_writer, ("datapipe",), ours=True, tag="writer"),
+        Peer("disk", "the disk: sequential write + fsync", writer_peers.disk, reference=True,
+             tag="writer"),
         peer("datapipe-text-bytes", "datapipe convert_text (bytes)", "text",
              functools.partial(datapipe_text, wordpiece=False), *TEXT_MODULES, ours=True),
         peer("datapipe-text-wordpiece", "datapipe convert_text (wordpiece)", "text",
@@ -141,6 +160,7 @@ class ConvertGroup(Group):
         peer("datasets", "HF datasets .map(num_proc) (wordpiece)", "text", datasets_text,
              "datasets", "tokenizers", "pyarrow", dists=(fixtures.TOKENIZER_DIST,)),
     )
+    forms = {"tars": held.make_tars, "parquet": held.make_parquet}  # noqa: RUF012
     fidelity: Fidelity | None = None  # of this run's photos, made by prepare
 
     def prepare(self, opts: Options, outcomes: dict[str, Outcome]) -> dict[str, Any]:
@@ -153,6 +173,17 @@ class ConvertGroup(Group):
             "photos": fixtures.photo_stats(photos), "inputs": {"photos": str(photos)},
             "workers": opts.workers, "repeats": opts.repeats, "retries": opts.retries,
             "before": opts.before and f"{opts.before} at {revision(opts.before.resolve())}"}
+        for form in sorted({p.tag for p in live} & set(SOURCES)):
+            try:
+                made = fixtures.ensure_form(self.name, form, photos, opts.data, opts.workers)
+            except runner.CHILD_FAILURES as exc:
+                for p in live:
+                    if p.tag == form:
+                        outcomes[p.name].status = f"failed: making the {form}: {exc}"
+                continue
+            meta["inputs"][form] = made["path"]
+            fixtures.warm_page_cache(sorted(Path(made["path"]).iterdir()))
+        meta["inputs"]["writer"], meta["writer_mb"] = "", 16 if opts.smoke else 1000
         if any(p.tag == "text" for p in live):
             corpus = fixtures.ensure_corpus(opts.data, opts.text_mb)
             size = fixtures.warm_page_cache(sorted(corpus.glob("*.txt")))
@@ -168,7 +199,7 @@ class ConvertGroup(Group):
 
     def job(self, peer: Peer, meta: dict[str, Any], opts: Options, run_dir: Path) -> Record:
         return {"src": meta["inputs"][peer.tag], "out": str(run_dir / "out"),
-                "workers": meta["workers"]}
+                "workers": meta["workers"], "megabytes": meta["writer_mb"]}
 
     def attempt(self, peer: Peer, job: Any, run_dir: Path, opts: Options) -> Record:
         """The child's run, its output's size and fidelity; redone while others disturb it."""
@@ -193,15 +224,23 @@ class ConvertGroup(Group):
         meta = result.meta
         workers = f"{meta['workers']} workers, import and start-up included."
 
-        def entries(text: bool) -> list[Entry]:
+        def entries(*tags: str) -> list[Entry]:
             return [Entry(p.name, p.label, result.outcomes[p.name].status,
-                          [r["rate"] for r in result.outcomes[p.name].runs], p.ours)
-                    for p in result.peers if (p.tag == "text") == text]
+                          [r["rate"] for r in result.outcomes[p.name].runs], p.ours,
+                          p.reference) for p in result.peers if p.tag in tags]
 
-        return [Panel("convert-images", "Converting images", "images/s", entries(False),
-                      "datapipe", "litdata", job=f"{meta['photos']['count']} photos → shorter "
-                      f"side {SHORT_SIDE}, JPEG q{QUALITY}; {workers}"),
-                Panel("convert-text", "Tokenizing text", "tokens/s", entries(True),
+        job = f"{meta['photos']['count']} photos → shorter side {SHORT_SIDE}, JPEG q{QUALITY}"
+        return [Panel("convert-images", "Converting images", "images/s", entries("photos"),
+                      "datapipe", "litdata", job=f"{job}; {workers}"),
+                Panel("convert-sources", "Converting images from tars and Parquet", "images/s",
+                      entries("photos", *SOURCES), "datapipe-tars", "litdata-tars",
+                      job=f"the same photos held as {PIECES_LINE}; {job}; {workers}"),
+                Panel("convert-writer", "Writing encoded samples", "MB/s",
+                      entries("writer"), "datapipe-writer", "disk",
+                      job=f"{meta['writer_mb']:,} MB of {writer_peers.SAMPLE_BYTES // 1000} KB "
+                      "samples (random bytes, as JPEGs are) and an int64 label, from one "
+                      "process; the disk: the same bytes to one file, fsynced."),
+                Panel("convert-text", "Tokenizing text", "tokens/s", entries("text"),
                       "datapipe-text-wordpiece", "datasets",
                       job=f"{meta.get('text', {}).get('megabytes', 0):.0f} MB of text; "
                       f"{workers}")]
@@ -229,21 +268,26 @@ def row(result: GroupResult, peer: Peer) -> list[str]:
     return [peer.label, "" if psnr is None else "all sizes wrong" if psnr["median_db"] is None
             else f"{psnr['median_db']:.2f}{wrong}",
             f"{result.meta['text']['megabytes'] / median('seconds'):.1f}" if text else "",
-            f"{median('seconds'):.2f}", f"{median('import_s'):.2f}", f"{median('cpu_s'):.1f}",
+            f"{median('seconds'):.2f}", figure(median("import_s"), ".2f"),
+            figure(median("cpu_s"), ".1f"),
             f"{result.outcomes[peer.name].runs[0]['tokens']:,} tokens" if text
             else f"{median('output_bytes') / 1e6:.1f} MB"]
 
 
+def figure(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
 def goals(result: GroupResult) -> list[str]:
     """datapipe's images/s against LitData's and --before's; its images against a full decode."""
-    meta, ours, lines = result.meta, result.median("datapipe", "rate"), []
-    for name, whose, goal in GOALS:
-        theirs = result.median(name, "rate")
+    meta, lines = result.meta, []
+    for name, other, whose, goal, unit in GOALS:
+        ours, theirs = result.median(name, "rate"), result.median(other, "rate")
         if ours and theirs:
-            lines.append(f"datapipe: {ours:,.0f} images/s = {ours / theirs:.2f}× {whose} "
-                         f"{theirs:,.0f} images/s ({goal_verdict(goal, ours >= goal * theirs)}).")
-        elif name in result.outcomes:  # why not: in the panel's table
-            lines.append(f"datapipe ≥ {goal:g}× {whose} images/s: not measured.")
+            lines.append(f"{name}: {ours:,.0f} {unit} = {ours / theirs:.2f}× {whose} "
+                         f"{theirs:,.0f} {unit} ({goal_verdict(goal, ours >= goal * theirs)}).")
+        elif other in result.outcomes and name in result.outcomes:  # why not: the panel says
+            lines.append(f"{name} ≥ {goal:g}× {whose} {unit}: not measured.")
     stored, full = meta["psnr"].get("datapipe"), meta.get("full_decode_psnr")
     if stored and full and stored["median_db"] is not None:
         gap = full["median_db"] - stored["median_db"]
@@ -265,7 +309,7 @@ def notes(result: GroupResult) -> list[str]:
     for p in result.peers:  # did each do the whole job?
         first = (result.outcomes[p.name].runs or [None])[0]
         ours = result.outcomes[SAME_TOKENS[p.name]].runs if p.name in SAME_TOKENS else []
-        if first and p.tag != "text" and first["items"] != count:
+        if first and p.tag not in ("text", "writer") and first["items"] != count:
             lines.append(f"{p.label} converted {first['items']} of the {count} photos.")
         elif first and ours and first["tokens"] != ours[0]["tokens"]:
             lines.append(f"Warning: {p.label} made {first['tokens']:,} tokens, datapipe "

@@ -1,0 +1,141 @@
+"""The convert group's photos as people already hold them, and how each peer converts them:
+WebDataset tars (the photos' own JPEG bytes as `jpg`, the label as `cls`, PIECES shards) and
+Hugging Face Parquet (an `image` struct of bytes and path, an int64 `label`, as
+`datasets.Image()` writes it). datapipe reads either as SRC; LitData's users give optimize()
+the files and a function yielding each file's samples; WebDataset's read the tars with its
+own pipeline and write with its ShardWriter."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from datapipe.suite.fixtures import PIECES, list_photos
+from datapipe.suite.groups.fidelity import QUALITY, SHORT_SIDE
+from datapipe.suite.runner import Record
+
+SHARD_BYTES = 256 << 20
+PARQUET_FILES = 4
+# What `datasets` writes into a Parquet file's schema, so that it loads with its features.
+HF_FEATURES = {"info": {"features": {"image": {"_type": "Image"},
+                                     "label": {"dtype": "int64", "_type": "Value"}}}}
+
+
+# ---------------------------------------------------------------- the forms (outside timing)
+
+
+def make_tars(src: Path, out: Path, workers: int) -> None:
+    import webdataset as wds
+
+    items = list_photos(src)
+    out.mkdir(parents=True)
+    with wds.ShardWriter(str(out / "shard-%06d.tar"), maxcount=math.ceil(len(items) / PIECES),
+                         verbose=0) as sink:
+        for index, (path, label) in enumerate(items):
+            sink.write({"__key__": f"{index:08d}", "jpg": Path(path).read_bytes(),
+                        "cls": label})
+
+
+def make_parquet(src: Path, out: Path, workers: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    items = list_photos(src)
+    out.mkdir(parents=True)
+    per_file = math.ceil(len(items) / PARQUET_FILES)
+    schema = pa.schema([("image", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+                        ("label", pa.int64())],
+                       metadata={"huggingface": json.dumps(HF_FEATURES)})
+    for index in range(PARQUET_FILES):
+        part = items[index * per_file:(index + 1) * per_file]
+        images = [{"bytes": Path(p).read_bytes(), "path": Path(p).name} for p, _ in part]
+        table = pa.table({"image": images, "label": [label for _, label in part]}, schema)
+        pq.write_table(table, out / f"train-{index:05d}-of-{PARQUET_FILES:05d}.parquet",
+                       row_group_size=100)
+
+
+# ---------------------------------------------------------------- what a peer's user writes
+
+
+def plain_transform(payload: bytes, label: int) -> dict[str, Any]:
+    """One photo the straightforward way: full decode, orient, RGB, resize, re-encode."""
+    from PIL import Image, ImageOps
+
+    with Image.open(io.BytesIO(payload)) as opened:
+        image = ImageOps.exif_transpose(opened).convert("RGB")
+    scale = SHORT_SIDE / min(image.size)
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    buffer = io.BytesIO()
+    image.resize(size, Image.Resampling.BICUBIC).save(buffer, "JPEG", quality=QUALITY)
+    return {"image": buffer.getvalue(), "label": label}
+
+
+def tar_samples(tar: str) -> Iterator[dict[str, Any]]:
+    """Every sample of one tar, transformed: what a LitData user's fn yields per input."""
+    import webdataset as wds
+
+    for sample in wds.WebDataset(tar, shardshuffle=False):
+        yield plain_transform(sample["jpg"], int(sample["cls"]))
+
+
+def parquet_samples(item: tuple[str, int]) -> Iterator[dict[str, Any]]:
+    """Every row of one row group of one Parquet file, transformed."""
+    import pyarrow.parquet as pq
+
+    path, group = item
+    table = pq.ParquetFile(path).read_row_group(group, columns=["image", "label"])
+    for image, label in zip(table.column("image").to_pylist(),
+                            table.column("label").to_pylist(), strict=True):
+        yield plain_transform(image["bytes"], label)
+
+
+def parquet_row_groups(src: Path) -> list[tuple[str, int]]:
+    import pyarrow.parquet as pq
+
+    return [(str(path), group) for path in sorted(src.glob("*.parquet"))
+            for group in range(pq.ParquetFile(path).num_row_groups)]
+
+
+def litdata_tars(src: Path, out: Path, workers: int) -> Record:
+    import litdata
+
+    tars = sorted(map(str, src.glob("*.tar")))
+    litdata.optimize(fn=tar_samples, inputs=tars, output_dir=str(out), num_workers=workers,
+                     chunk_bytes=SHARD_BYTES)
+    return {"items": count_litdata(out)}
+
+
+def litdata_parquet(src: Path, out: Path, workers: int) -> Record:
+    import litdata
+
+    litdata.optimize(fn=parquet_samples, inputs=parquet_row_groups(src), output_dir=str(out),
+                     num_workers=workers, chunk_bytes=SHARD_BYTES)
+    return {"items": count_litdata(out)}
+
+
+def count_litdata(out: Path) -> int:
+    """Samples in an optimize()d folder, from its index."""
+    index = json.loads((out / "index.json").read_text())
+    return sum(chunk["chunk_size"] for chunk in index["chunks"])
+
+
+def webdataset_tars(src: Path, out: Path, workers: int) -> Record:
+    """WebDataset's own way: its pipeline over the tars in a DataLoader's workers (whole tars
+    per worker), its ShardWriter in this process."""
+    import webdataset as wds
+
+    tars = sorted(map(str, src.glob("*.tar")))
+    dataset = (wds.WebDataset(tars, shardshuffle=False, nodesplitter=wds.split_by_node)
+               .to_tuple("jpg", "cls").map(lambda s: plain_transform(s[0], int(s[1]))))
+    out.mkdir(parents=True)
+    count = 0
+    with wds.ShardWriter(str(out / "shard-%06d.tar"), maxsize=SHARD_BYTES, verbose=0) as sink:
+        for sample in wds.WebLoader(dataset, batch_size=None, num_workers=workers):
+            sink.write({"__key__": f"{count:08d}", "jpg": sample["image"],
+                        "cls": sample["label"]})
+            count += 1
+    return {"items": count}
