@@ -75,17 +75,30 @@ def fake_result(litdata_s: float, litdata_items: int = 100,
                 "webdataset": Outcome("not installed (webdataset)"),
                 "datapipe-text-bytes": Outcome("skipped"),
                 "datapipe-text-wordpiece": Outcome("ok", [fake_run(10, 0.5, 5000)]),
-                "datasets": Outcome("ok", [fake_run(10, 1.0, datasets_tokens)])}
+                "datasets": Outcome("ok", [fake_run(10, 1.0, datasets_tokens)]),
+                "datapipe-tars": Outcome("ok", [fake_run(100, 1.05)]),
+                "datapipe-parquet": Outcome("ok", [fake_run(100, 1.25)]),
+                "litdata-tars": Outcome("ok", [fake_run(100, 3.0)]),
+                "litdata-parquet": Outcome("not installed (litdata)"),
+                "webdataset-tars": Outcome("skipped"),
+                "datapipe-writer": Outcome("ok", [{**fake_run(50, 1.0), "rate": 700.0}]),
+                "disk": Outcome("ok", [{**fake_run(50, 1.0), "rate": 1000.0}])}
     psnr = {"median_db": 34.6, "images": 4, "wrong_size": 0}
     meta = {"photos": {"count": 100, "megabytes": 5.0, "min_short_side": 300,
                        "max_short_side": 640}, "workers": 2, "repeats": 1, "retries": 0,
             "before": None, "text": {"megabytes": 1.0}, "psnr": {"datapipe": psnr},
+            "writer_mb": 1000,
             "full_decode_psnr": {**psnr, "median_db": 34.9}}
     return GroupResult("convert", {}, meta, outcomes, list(GROUP.peers))
 
 
 def test_panels_goals_and_warnings_read_from_the_runs() -> None:
-    images, text = GROUP.panels(fake_result(2.5))
+    images, sources, writer, text = GROUP.panels(fake_result(2.5))
+    assert (sources.key, sources.lead, sources.baseline, writer.key, writer.unit, writer.lead,
+            writer.baseline) == ("convert-sources", "datapipe-tars", "litdata-tars",
+                                 "convert-writer", "MB/s", "datapipe-writer", "disk")
+    assert writer.entry("disk").reference and not writer.entry("datapipe-writer").reference
+    assert [e.name for e in sources.entries][:3] == ["datapipe", "litdata", "webdataset"]
     assert (images.key, images.title, images.unit, images.lead, images.baseline) == \
         ("convert-images", "Converting images", "images/s", "datapipe", "litdata")
     assert (text.key, text.title, text.unit, text.lead, text.baseline) == \
@@ -96,6 +109,15 @@ def test_panels_goals_and_warnings_read_from_the_runs() -> None:
     report = "\n".join(GROUP.details(fake_result(2.5)))
     assert "datapipe: 100 images/s = 2.50× LitData's 40 images/s (goal ≥ 2×: met)" in report
     assert "0.30 dB apart (goal: within 0.5 dB, met)" in report
+    assert "datapipe-tars: 95 images/s = 0.95× from the folder 100 images/s (goal ≥ 0.9×: met)" \
+        in report
+    assert "datapipe-parquet: 80 images/s = 0.80× from the folder 100 images/s (goal ≥ 0.9×: " \
+        "NOT met)" in report
+    assert "datapipe-tars: 95 images/s = 2.86× LitData's from the tars 33 images/s (goal ≥ 2×: " \
+        "met)" in report
+    assert "datapipe-parquet ≥ 2× LitData's from the Parquet images/s: not measured." in report
+    assert "datapipe-writer: 700 MB/s = 0.70× the disk's sequential 1,000 MB/s (goal ≥ 0.8×: " \
+        "NOT met)" in report
     assert "Warning" not in report and "converted" not in report
     report = "\n".join(GROUP.details(fake_result(1.5, litdata_items=99, datasets_tokens=5001)))
     assert "= 1.52× LitData's 66 images/s (goal ≥ 2×: NOT met)" in report
