@@ -82,8 +82,8 @@ def measure_ceiling(job: Job) -> Record:
     return {"rate": rate, "cpu_s": cpu, "cpu_rate": (n + warm) / cpu if cpu > 0 else 0.0}
 
 
-def peer(name: str, label: str, form: str, batches: Any, *modules: str, ours: bool = False,
-         ) -> Peer:
+def peer(name: str, label: str, form: str, batches: Any, *modules: str,
+         ours: bool = False) -> Peer:
     return Peer(name, label, loader_run(batches, ("torch", *modules)), ("torch", *modules),
                 ours=ours, tag=form)
 
