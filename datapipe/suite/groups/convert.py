@@ -234,7 +234,7 @@ class ConvertGroup(Group):
                       "datapipe", "litdata", job=f"{job}; {workers}"),
                 Panel("convert-sources", "Converting images from tars and Parquet", "images/s",
                       entries("photos", *SOURCES), "datapipe-tars", "litdata-tars",
-                      job=f"the same photos held as {PIECES_LINE}; {job}; {workers}"),
+                      job=f"The same photos held as {PIECES_LINE}; {job}; {workers}"),
                 Panel("convert-writer", "Writing encoded samples", "MB/s",
                       entries("writer"), "datapipe-writer", "disk",
                       job=f"{meta['writer_mb']:,} MB of {writer_peers.SAMPLE_BYTES // 1000} KB "
