@@ -130,17 +130,6 @@ def test_bench_wants_a_dataset_or_a_suite_and_options_that_fit(cli, tmp_path: Pa
         assert message in result.err and len(result.err.strip().splitlines()) == 1, result.err
 
 
-def test_bench_suite_without_the_benchmarks_folder_is_one_line(
-        cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import datapipe.bench
-
-    # As installed from a wheel: the package alone, no benchmarks/ beside it.
-    monkeypatch.setattr(datapipe.bench, "__file__", str(tmp_path / "datapipe" / "bench.py"))
-    result = cli("bench", "--suite", "images", "--smoke")
-    assert result.code == 2 and "Traceback" not in result.err
-    assert "--suite needs the benchmarks/ folder of a datapipe checkout" in result.err
-
-
 def test_bench_on_an_empty_dataset_says_it_is_empty(cli, image_folder: Path,
                                                     tmp_path: Path) -> None:
     """Before, it blamed --epochs and --batch-size ("make at most one batch")."""
