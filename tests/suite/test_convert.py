@@ -13,6 +13,7 @@ import datapipe
 from datapipe.suite import Options, run
 from datapipe.suite.groups.convert import GROUP
 from datapipe.suite.runner import GroupResult, Outcome
+from tests.suite.outputs import check_outputs, installed_peers
 
 CHECKOUT = Path(datapipe.__file__).resolve().parent.parent
 
@@ -23,24 +24,12 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("bench-data")
 
 
-def installed_peers(entries: list[dict]) -> list[dict]:
-    return [e for e in entries if not e["status"].startswith(("not installed", "skipped"))]
-
-
-def check_outputs(out: Path, panels: list[str]) -> dict:
-    data = json.loads((out / "suite.json").read_text())
-    assert data["machine"]["cores"] >= 1 and data["machine"]["versions"]["torch"]
-    report = (out / "suite.md").read_text()
-    for key in panels:
-        png = out / f"{key}.png"
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", key
-        assert f"]({key}.png)" in report
-    return data
 
 
 def test_convert_suite_runs_every_installed_peer(tmp_path: Path, data: Path) -> None:
     assert run(Options.smoke_test(("convert",), tmp_path, data=data)) == 0
-    suite = check_outputs(tmp_path, ["convert-images", "convert-text"])
+    suite = check_outputs(tmp_path, ["convert-images", "convert-sources", "convert-writer",
+                                     "convert-text"])
     for panel in suite["suites"]["convert"]:
         ran = installed_peers(panel["entries"])
         assert any(e["ours"] for e in ran) and any(not e["ours"] for e in ran)
