@@ -43,29 +43,34 @@ def test_sigkill_then_rerun_resumes_to_identical_output(tmp_path: Path, workers:
     write_awkward_images(src / "class_1")
     args = ["convert", "images", str(src), "OUT", "--short-side", "128", "--shard-size", "60KB",
             "--workers", str(workers)]
-    clean = tmp_path / "clean"
-    assert run_cli_process(*[a.replace("OUT", str(clean)) for a in args]).returncode == 0
-
-    out = tmp_path / "killed"
-    killed_args = [a.replace("OUT", str(out)) for a in args]
-    _kill_after_shards(killed_args, out, shards=3)
-    assert not (out / "manifest.json").exists()
-    kept = _journal_shards(out)
-
-    rerun = run_cli_process(*killed_args)
-    assert rerun.returncode == 0, rerun.stderr
-    assert "kept from the interrupted run" in rerun.stdout
-    assert kept >= 3
-    assert not (out / JOURNAL_NAME).exists()
-    # Byte-identical to the uninterrupted run: same shards, same rejects, same manifest.
-    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean.iterdir())
-    for path in clean.iterdir():
-        assert (out / path.name).read_bytes() == path.read_bytes(), path.name
+    out = killed_and_resumed_matches_clean(tmp_path, args)
     verify = run_cli_process("verify", out)
     assert verify.returncode == 0, verify.stderr
     with Dataset(out) as ds:
         paths = [ds[i]["path"] for i in range(len(ds))]
     assert len(paths) == len(set(paths)) == 240 + 5  # every good input exactly once
+
+
+def killed_and_resumed_matches_clean(tmp_path: Path, args: list[str]) -> Path:
+    """Run `args` (OUT standing for the output) once whole, once SIGKILLed after three shards
+    and rerun; the rerun keeps the journalled shards and its output is byte-identical to the
+    uninterrupted run's (same shards, rejects and manifest). Returns the resumed OUT."""
+    clean = tmp_path / "clean"
+    assert run_cli_process(*[a.replace("OUT", str(clean)) for a in args]).returncode == 0
+    out = tmp_path / "killed"
+    killed_args = [a.replace("OUT", str(out)) for a in args]
+    _kill_after_shards(killed_args, out, shards=3)
+    assert not (out / "manifest.json").exists()
+    kept = _journal_shards(out)
+    rerun = run_cli_process(*killed_args)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "kept from the interrupted run" in rerun.stdout
+    assert kept >= 3
+    assert not (out / JOURNAL_NAME).exists()
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean.iterdir())
+    for path in clean.iterdir():
+        assert (out / path.name).read_bytes() == path.read_bytes(), path.name
+    return out
 
 
 def test_resume_with_other_settings_is_refused(tmp_path: Path) -> None:

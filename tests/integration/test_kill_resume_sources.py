@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 
 from datapipe.format import Dataset
-from preprocess.resume import JOURNAL_NAME
-from tests.conftest import run_cli_process
-from tests.integration.test_kill_resume import _journal_shards, _kill_after_shards
+from tests.integration.test_kill_resume import killed_and_resumed_matches_clean
 from tests.preprocess.sample_files import photo_rows, photo_samples, write_hf_parquet, write_tar
 
 
@@ -38,22 +36,7 @@ def test_sigkill_then_rerun_resumes_to_identical_output(tmp_path: Path, kind: st
     src = (_tars if kind == "tar" else _parquet)(tmp_path / "src")
     args = ["convert", "images", src, "OUT", "--short-side", "128", "--shard-size", "60KB",
             "--workers", "2"]
-    clean = tmp_path / "clean"
-    assert run_cli_process(*[a.replace("OUT", str(clean)) for a in args]).returncode == 0
-
-    out = tmp_path / "killed"
-    killed_args = [a.replace("OUT", str(out)) for a in args]
-    _kill_after_shards(killed_args, out, shards=3)
-    assert not (out / "manifest.json").exists()
-    kept = _journal_shards(out)
-
-    rerun = run_cli_process(*killed_args)
-    assert rerun.returncode == 0, rerun.stderr
-    assert "kept from the interrupted run" in rerun.stdout and kept >= 3
-    assert not (out / JOURNAL_NAME).exists()
-    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean.iterdir())
-    for path in clean.iterdir():
-        assert (out / path.name).read_bytes() == path.read_bytes(), path.name
+    out = killed_and_resumed_matches_clean(tmp_path, [str(a) for a in args])
     with Dataset(out) as ds:
         paths = [ds[i]["path"] for i in range(len(ds))]
     good = 240 - (1 if kind == "tar" else 2)
