@@ -4,6 +4,7 @@ after the rounds, TokenLoader's epoch planning timed here at budgets up to a mil
 
 from __future__ import annotations
 
+import inspect
 import os
 import statistics
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.suite.fixtures import build_once, resolve_tokenizer, warm_page_cache, write_corpus
+from datapipe.suite.groups import text_packing
 from datapipe.suite.groups import text_peers as tp
 from datapipe.suite.options import Options
 from datapipe.suite.report import Entry, Panel, markdown_table
@@ -20,18 +22,22 @@ MAX_TOKENS = 16384  # token budget per batch
 GOAL_VS_DATASETS = 10.0  # packed real tokens/s over the best `datasets` loader
 GOAL_MEMMAP_RATIO = 2.0  # memmap tokens/s over packed real tokens/s, at most
 GOAL_EFFICIENCY = {"packed": 0.999, "fixed": 0.97, "padded": 0.90}
+GOAL_PRESET_VS_PACKED = 0.9  # the "hf" preset's tokens/s over the packed layout's, at least
+GOAL_PRESET_VS_FLATTENING = 10.0  # ... and over HF's DataCollatorWithFlattening + DataLoader
 PLAN_BUDGETS = (16, 256, 4096)  # max_tokens of the epoch-planning rows
 PLAN_GOAL_BATCHES, PLAN_GOAL_S = 1_000_000, 1.0  # an epoch of a million batches planned in 1 s
 # Linear: time per batch at the most batches at most 2x that at the next most (at most a
 # quarter as many: a quadratic planner's ratio is 4x or more), judged on the fastest runs.
 PLAN_LINEAR, PLAN_SPAN = 2.0, 4
 SMOKE_SKIP = ("datasets-w0", "padded", "fixed")  # one variant per tool; the rest have tests
+HF_COPY_READERS = ("datasets", "flattening")  # the peers that read the `datasets` copy
 
 
 def peer(name: str, label: str, run: Callable[..., Record], tag: str, **settings: Any) -> Peer:
-    return Peer(name, label, tp.one_thread(run, **settings),
-                ("torch", "datasets") if tag == "datasets" else ("torch",),
-                ours=tag == "datapipe", tag=tag)
+    modules = {"datasets": ("torch", "datasets"),
+               "flattening": ("torch", "datasets", "transformers")}.get(tag, ("torch",))
+    return Peer(name, label, tp.one_thread(run, **settings), modules, ours=tag == "datapipe",
+                tag=tag)
 
 
 class TextGroup(Group):
@@ -50,6 +56,10 @@ class TextGroup(Group):
              tp.run_datapipe, "datapipe", layout="padded"),
         peer("fixed", f"datapipe TokenLoader (fixed, seq_len {tp.BLOCK})", tp.run_datapipe,
              "datapipe", layout="fixed"),
+        peer("flattening", "HF DataCollatorWithFlattening + DataLoader (workers 2)",
+             tp.run_hf_flattening, "flattening", workers=2),
+        peer("hf-preset", 'datapipe TokenLoader (preset="hf")', tp.run_datapipe_preset,
+             "datapipe", preset="hf"),
     )
 
     def prepare(self, opts: Options, outcomes: dict[str, Outcome]) -> dict[str, Any]:
@@ -58,6 +68,7 @@ class TextGroup(Group):
         the documents and tokens of datapipe's."""
         import numpy as np
 
+        import datapipe
         from datapipe.format.dataset import Dataset
 
         for name in outcomes if opts.smoke else ():
@@ -78,7 +89,11 @@ class TextGroup(Group):
         with Dataset(dp) as ds:
             lengths = ds.scalar("length").astype(np.int64)
             eos_id = int(ds.manifest.tokenizer["eos_id"])
-        readers, hf = [p.name for p in self.peers if p.tag == "datasets"], ""
+        if outcomes["hf-preset"].status == "ok" and \
+                "preset" not in inspect.signature(datapipe.TokenLoader).parameters:
+            outcomes["hf-preset"].status = "skipped: this datapipe's TokenLoader has no preset="
+        readers = [p.name for p in self.peers if p.tag in HF_COPY_READERS]
+        hf = ""
         if any(outcomes[name].status == "ok" for name in readers):
             hf = str(build_once(work / "hf", f"tokenizing {corpus} for datasets ...",
                                 lambda out: tp.tokenize_hf(corpus, spec, eos_id, out, workers)))
@@ -96,7 +111,7 @@ class TextGroup(Group):
                 "datasets_batch_size": max(1, round(MAX_TOKENS / stats["mean"]))}
 
     def job(self, peer: Peer, meta: dict[str, Any], opts: Options, run_dir: Path) -> tp.Job:
-        return tp.Job(meta["hf" if peer.tag == "datasets" else peer.tag], meta["max_tokens"],
+        return tp.Job(meta["hf" if peer.tag in HF_COPY_READERS else peer.tag], meta["max_tokens"],
                       meta["datasets_batch_size"], meta["tokens"])
 
     def progress(self, peer: Peer, run: Record) -> str:
@@ -107,6 +122,7 @@ class TextGroup(Group):
     def after(self, opts: Options, meta: dict[str, Any], outcomes: dict[str, Outcome]) -> None:
         meta["planning"] = [time_planning(meta["datapipe"], max_tokens, opts.repeats)
                             for max_tokens in planning_budgets(meta["tokens"])]
+        meta["packing"] = text_packing.measure(meta)
 
     def panels(self, result: GroupResult) -> list[Panel]:
         meta, outcomes = result.meta, result.outcomes
@@ -116,7 +132,8 @@ class TextGroup(Group):
         return [Panel("text", self.title, "real tokens/s", entries, "packed", "datasets-w2",
                       job=f"{meta['tokens']:,} tokens in {meta['documents']:,} documents, "
                       f"token budget {meta['max_tokens']:,} per batch, one epoch per run."),
-                *planning_panels(meta.get("planning") or [])]
+                *planning_panels(meta.get("planning") or []),
+                *text_packing.panel(meta.get("packing") or {}, meta["tokens"])]
 
     def details(self, result: GroupResult) -> list[str]:
         meta, goal_rows = result.meta, goals(result)
@@ -238,6 +255,13 @@ def goals(result: GroupResult) -> list[list[str]]:
     if packed and memmap:
         add(f"memmap / packed ≤ {GOAL_MEMMAP_RATIO:g}", f"{memmap / packed:.2f}",
             memmap / packed <= GOAL_MEMMAP_RATIO)
+    preset, flattening = real_rate(result, "hf-preset"), real_rate(result, "flattening")
+    if preset and packed:
+        add(f'preset="hf" ≥ {GOAL_PRESET_VS_PACKED:g}× packed real tokens/s',
+            f"{preset / packed:.2f}×", preset / packed >= GOAL_PRESET_VS_PACKED)
+    if preset and flattening:
+        add(f'preset="hf" ≥ {GOAL_PRESET_VS_FLATTENING:g}× DataCollatorWithFlattening',
+            f"{preset / flattening:.1f}×", preset / flattening >= GOAL_PRESET_VS_FLATTENING)
     for name, floor in GOAL_EFFICIENCY.items():
         if real_rate(result, name) is not None:
             add(f"{name} padding efficiency ≥ {'1.00' if name == 'packed' else f'{floor:.2f}'}",
@@ -254,6 +278,8 @@ def goals(result: GroupResult) -> list[list[str]]:
             f"{PLAN_LINEAR:g}× that at {most[1]['batches']:,} (fastest runs; quadratic: "
             f"{most[0]['batches'] / most[1]['batches']:.1f}×)", f"{ratio:.2f}×",
             ratio <= PLAN_LINEAR)
+    for goal, value, ok in text_packing.goals(result.meta.get("packing") or {}):
+        add(goal, value, ok)
     return rows
 
 
