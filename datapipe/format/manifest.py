@@ -21,6 +21,8 @@ from datapipe.format.shard_formats import FORMAT_NAMES
 FORMAT_NAME = "datapipe-shards"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+# The record each finished part of a parallel write leaves until merge_parts joins them.
+PART_RECORD_PREFIX = ".datapipe-part-"
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,11 @@ class Manifest:
         if not Path(directory).is_dir():
             raise DataError(f"{directory}: no such dataset directory")
         if not path.is_file():
+            parts = [p for p in Path(directory).iterdir() if p.name.startswith(PART_RECORD_PREFIX)]
+            if parts:
+                raise DataError(f"{directory}: holds {len(parts)} finished part(s) of a "
+                                "parallel write and no manifest yet; join them with "
+                                f"datapipe.merge_parts({str(directory)!r})")
             raise DataError(f"{path}: missing; is this a finished datapipe dataset?")
         try:
             obj = json.loads(path.read_text())

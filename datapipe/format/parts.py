@@ -16,11 +16,11 @@ from typing import Any, Protocol
 
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.destination import WRITER_WORDING, is_ours, writing
-from datapipe.format.manifest import MANIFEST_NAME, Manifest, write_atomic
+from datapipe.format.manifest import MANIFEST_NAME, PART_RECORD_PREFIX, Manifest, write_atomic
 from datapipe.format.output_lock import OutputLock
 from datapipe.format.remote import RemoteDirectory, is_url, local_path
 
-RECORD_PREFIX = ".datapipe-part-"
+RECORD_PREFIX = PART_RECORD_PREFIX
 MAX_PARTS = 100_000  # five digits in the names
 
 
