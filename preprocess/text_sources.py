@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.errors import ArgumentError, DataError
-from preprocess.input_files import is_datapipe_output, require_regular_file, split_lines, strip_bom
+from preprocess.input_files import (
+    is_datapipe_output,
+    require_regular_file,
+    split_jsonl_lines,
+    split_lines,
+    strip_bom,
+)
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".ndjson", ".parquet")
 
@@ -102,10 +108,10 @@ def read_span(path: Path, span: TextSpan, text_field: str) -> SpanDocuments:
     if span.kind == "file":
         # As text-mode reading gives it, which a document per file always had.
         return SpanDocuments([(0, text.replace("\r\n", "\n").replace("\r", "\n"))], 1)
-    lines = split_lines(text)
     if span.kind == "lines":
+        lines = split_lines(text)
         return SpanDocuments(list(enumerate(lines)), len(lines))
-    return _jsonl(lines, text_field)
+    return _jsonl(split_jsonl_lines(text), text_field)
 
 
 def _read_text(path: Path, start: int, stop: int) -> str:
