@@ -31,13 +31,12 @@ CHATS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def chat_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny byte-level BPE saved as transformers saves a tokenizer: tokenizer.json beside a
-    tokenizer_config.json holding the chat template and the special tokens."""
+def make_chat_tokenizer(folder: Path) -> Path:
+    """A tiny byte-level BPE saved in `folder` as transformers saves a tokenizer:
+    tokenizer.json beside a tokenizer_config.json holding the chat template and special
+    tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    folder = tmp_path_factory.mktemp("chat_tokenizer")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -50,6 +49,11 @@ def chat_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": TEMPLATE,
         "bos_token": "<s>", "eos_token": "<|im_end|>"}))
     return folder
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_chat_tokenizer(tmp_path_factory.mktemp("chat_tokenizer"))
 
 
 def _write_jsonl(path: Path, records: list[object]) -> Path:
@@ -236,3 +240,47 @@ def test_a_fine_tuning_dataset_reads_back_through_the_token_loader(cli, tmp_path
     with dp.TokenLoader(tmp_path / "out", max_tokens=64, num_workers=2, shuffle=False) as loader:
         tokens = sum(int(np.asarray(b["num_real_tokens"])) for b in loader)
     assert tokens == sum(len(r["prompt"]) + len(r["completion"]) for r in records)
+
+
+def test_each_documents_size_counts_its_loss_mask(chat_tokenizer: Path) -> None:
+    """Workers size each document for the shard cut; the writer's own sum must agree."""
+    pytest.importorskip("transformers")
+    from datapipe.format.schema import Column
+    from datapipe.format.writer import rows_nbytes
+    from preprocess.chat_template import ChatEncoder
+    from preprocess.sft_records import Chat
+    from preprocess.text import TokenWork, tokenize_batch
+    from preprocess.text_sources import TextOptions
+    from preprocess.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer(str(chat_tokenizer))
+    work = TokenWork(tokenizer, np.dtype(np.uint16), tokenizer.eos_id, (),
+                     TextOptions(kind="chat"), ChatEncoder(tokenizer.path, None))
+    batch = tokenize_batch(work, [(i, Chat(tuple(c))) for i, c in enumerate(CHATS)])
+    cuts = np.cumsum(batch.lengths)[:-1]
+    columns = (Column("tokens", "tokens:uint16"), Column("length", "int32"),
+               Column("loss_mask", "uint8[]"))
+    rows = {"tokens": np.split(batch.ids, cuts), "length": batch.lengths,
+            "loss_mask": np.split(batch.mask, cuts)}
+    assert batch.sizes == rows_nbytes(columns, rows)
+    assert [m[-1] for m in rows["loss_mask"]] == [1] * len(CHATS)  # EOS counts
+
+
+@pytest.mark.slow
+def test_a_killed_fine_tuning_run_resumes_mid_span_to_identical_output(tmp_path: Path) -> None:
+    """The rerun starts at a span and leaves out the documents already in OUT: their masks
+    with their ids."""
+    from tests.integration.test_kill_resume import killed_and_resumed_matches_clean
+
+    records = [{"prompt": f"question {i}: " + "why " * (i % 7), "completion": f"because {i}"}
+               for i in range(60_000)]
+    src = _write_jsonl(tmp_path / "pc.jsonl", records)
+    args = ["convert", "text", str(src), "OUT", "--tokenizer", "bytes", "--shard-size", "64KB",
+            "--workers", "2"]
+    out = killed_and_resumed_matches_clean(tmp_path, args)
+    with Dataset(out) as ds:
+        assert len(ds) == len(records)
+        last = ds[len(ds) - 1]
+        completion = records[-1]["completion"]
+        assert last["loss_mask"].tolist() == [0] * (last["length"] - len(completion)) + \
+            [1] * len(completion)
