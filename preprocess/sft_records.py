@@ -56,6 +56,8 @@ def detect_kind(files: list[Path], said: str, prompt_field: str,
     each JSONL file's first object; .txt and Parquet files are plain text."""
     if said not in ("auto", *TEXT_KINDS):
         raise ArgumentError(f"--text-kind: {said!r} is not one of auto, {', '.join(TEXT_KINDS)}")
+    if said == PLAIN:
+        return PLAIN  # read as the run says, each record checked by its worker
     kinds: dict[str, Path] = {}
     for path in files:
         record = _first_object(path) if path.suffix.lower() in (".jsonl", ".ndjson") else None
