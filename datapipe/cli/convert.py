@@ -114,7 +114,8 @@ def convert_images_cmd(sources: tuple[str, ...], src_kind: str, image_field: str
 @convert.command("text", context_settings=CONTEXT)
 @click.argument("sources", nargs=-1, required=True, metavar="SRC... OUT")
 @click.option("--tokenizer", "tokenizer", required=True,
-              help="Path to a Hugging Face tokenizer.json, or 'bytes' (built-in byte-level).")
+              help="Path to a Hugging Face tokenizer.json (or the folder holding it, with its "
+              "chat template), or 'bytes' (built-in byte-level).")
 @click.option("--field", default="text", show_default=True, help="Text field of .jsonl/.parquet.")
 @click.option("--doc-per-file", is_flag=True, help=".txt files hold one document each.")
 @click.option("--append-eos", is_flag=True, help="End every document with the EOS id.")

@@ -160,6 +160,22 @@ def test_bad_chat_records_are_rejects_naming_file_and_line(cli, tmp_path: Path,
         f"{src}:5": "chat.jsonl line 5: field 'messages' is a string, not an array"}
 
 
+def test_a_conversation_the_template_refuses_is_a_reject_with_its_words(
+        cli, tmp_path: Path, chat_tokenizer: Path) -> None:
+    pytest.importorskip("transformers")
+    refusing = "{% if messages[0]['role'] == 'tool' %}" \
+        "{{ raise_exception('a conversation cannot open with a tool') }}{% endif %}" + TEMPLATE
+    (tmp_path / "t.jinja").write_text(refusing)
+    src = _write_jsonl(tmp_path / "chat.jsonl", [{"messages": CHATS[1]}, {"messages": [
+        {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "ok"}]}])
+    result = cli("convert", "text", src, tmp_path / "out", "--tokenizer", chat_tokenizer,
+                 "--chat-template", tmp_path / "t.jinja")
+    assert result.code == 0, result.err
+    assert _rejects(tmp_path / "out") == {
+        f"{src}:2": "chat.jsonl line 2: chat template: 'a conversation cannot open with a "
+                    "tool'"}
+
+
 def test_bad_prompt_completion_records_are_rejects(cli, tmp_path: Path) -> None:
     records = [{"prompt": "p", "completion": "c"}, {"prompt": "p"},
                {"prompt": [{"role": "user", "content": "p"}], "completion": "c"}, [1]]
