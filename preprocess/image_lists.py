@@ -15,7 +15,11 @@ from typing import Any
 from datapipe.errors import ArgumentError, DataError
 from preprocess.image_columns import check_extra_names, class_labels, typed_column
 from preprocess.image_inputs import ImageItem, ImageSource
-from preprocess.input_files import TEXT_ENCODING, require_regular_file, split_lines
+from preprocess.input_files import (
+    TEXT_ENCODING,
+    require_regular_file,
+    split_jsonl_lines,
+)
 
 LIST_SUFFIXES = (".csv", ".jsonl", ".ndjson")
 
@@ -87,7 +91,8 @@ def _read_jsonl(src: Path) -> list[Row | BadLine]:
     """Records in order; a line that is not a JSON object with a path is a BadLine (a reject)."""
     records: list[Row | BadLine] = []
     try:
-        lines = split_lines(src.read_text(encoding=TEXT_ENCODING))
+        # Bytes decoded, not read_text: text mode would turn each bare \r into a line end.
+        lines = split_jsonl_lines(src.read_bytes().decode(TEXT_ENCODING))
     except (OSError, UnicodeDecodeError) as exc:
         raise ArgumentError(f"SRC {src}: unreadable ({exc})") from None
     for number, line in enumerate(lines, 1):

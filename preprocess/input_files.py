@@ -39,6 +39,16 @@ def split_lines(text: str) -> list[str]:
     return lines
 
 
+def split_jsonl_lines(text: str) -> list[str]:
+    """JSON Lines' lines: ended by \\n only, a \\r before it dropped. A bare \\r is JSON
+    whitespace, which a record may hold between its values (a pretty-printer's CR line ends):
+    ending a line there cut a valid record in two rejects."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the end of the last line, not a line
+    return [line.removesuffix("\r") for line in lines] if "\r" in text else lines
+
+
 def is_datapipe_output(folder: Path) -> bool:
     """Whether `folder` holds a datapipe dataset (a manifest of our format) or a conversion
     in progress: its files are shards, not inputs."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -15,8 +17,11 @@ from datapipe.format.hashing import hash_bytes
 from datapipe.format.schema import Column, token_type_for_vocab
 from datapipe.format.writer import SCALAR_NBYTES
 from datapipe.system import available_cores
+from preprocess.chat_template import ChatEncoder
 from preprocess.engine import Engine, LocalEngine
 from preprocess.output import ConversionResult, OutputDirectory, OutputOptions
+from preprocess.sft_records import CHAT, PLAIN, detect_kind
+from preprocess.sft_tokenize import Encoded, encode_records
 from preprocess.text_sources import (
     BadDocument,
     Document,
@@ -26,7 +31,7 @@ from preprocess.text_sources import (
     read_span,
 )
 from preprocess.text_spans import Cursor, SpanBook, plan_spans, span_size
-from preprocess.tokenizers import TextTokenizer, load_tokenizer
+from preprocess.tokenizers import HFTokenizer, TextTokenizer, load_tokenizer
 
 BATCH_DOCUMENTS = 1024  # per call of the tokenizer: bounds its transient memory
 
@@ -48,7 +53,8 @@ class TokenWork:
     dtype: np.dtype
     eos_id: int | None
     files: tuple[Path, ...] = ()
-    text_field: str = "text"
+    text: TextOptions = dataclasses.field(default_factory=TextOptions)
+    chat: ChatEncoder | None = None  # chat records: their template
 
 
 @dataclass
@@ -66,11 +72,12 @@ class TokenBatch:
     numbers: int = 0  # lines or rows the span holds
     saw_record: bool = False
     lacks_field: int | None = None
+    mask: np.ndarray | None = None  # the kept documents' loss masks end to end, if stored
 
 
 def tokenize_span(work: TokenWork, span: TextSpan) -> TokenBatch:
     """One engine task: read a span of a file, tokenize its documents."""
-    read = read_span(work.files[span.file], span, work.text_field)
+    read = read_span(work.files[span.file], span, work.text)
     batch = tokenize_batch(work, read.documents)
     batch.span, batch.numbers = span, read.numbers
     batch.saw_record, batch.lacks_field = read.saw_record, read.lacks_field
@@ -79,49 +86,80 @@ def tokenize_span(work: TokenWork, span: TextSpan) -> TokenBatch:
 
 def tokenize_batch(work: TokenWork, batch: list[Document]) -> TokenBatch:
     """Documents, tokenized `BATCH_DOCUMENTS` at a time."""
-    texts = [text if isinstance(text, str) else "" for _, text in batch]
+    encoded: list[Encoded] = []
+    for at in range(0, len(batch), BATCH_DOCUMENTS):
+        part = [document for _, document in batch[at:at + BATCH_DOCUMENTS]]
+        if work.text.kind == PLAIN:
+            encoded += _encode_texts(work.tokenizer, part)
+        else:
+            encoded += encode_records(work.tokenizer, work.chat, part, work.text.loss_mask)
+    return _gather(work, batch, encoded)
+
+
+def _encode_texts(tokenizer: TextTokenizer, documents: list[Any]) -> list[Encoded]:
+    """Plain documents: a text, or a BadDocument (a reject); an empty text is a reject too."""
+    encoded = tokenizer.encode_batch([d if isinstance(d, str) else "" for d in documents])
+    return [d.reason if isinstance(d, BadDocument) else (ids, None) if d.strip() else None
+            for d, ids in zip(documents, encoded, strict=True)]
+
+
+def _gather(work: TokenWork, batch: list[Document], encoded: list[Encoded]) -> TokenBatch:
+    """The kept documents end to end, with EOS if asked (which the loss counts)."""
     eos = np.array([work.eos_id], dtype=work.dtype) if work.eos_id is not None else None
     result = TokenBatch(np.empty(0, work.dtype), [], [], [], [], documents=len(batch))
-    itemsize = np.dtype(work.dtype).itemsize
-    pieces = []
-    encoded = [ids for at in range(0, len(texts), BATCH_DOCUMENTS)
-               for ids in work.tokenizer.encode_batch(texts[at:at + BATCH_DOCUMENTS])]
-    for position, ((number, text), ids) in enumerate(zip(batch, encoded, strict=True)):
-        if isinstance(text, BadDocument):
-            result.rejects.append((position, number, text.reason))
-        elif not text.strip():
-            result.rejects.append((position, number, None))
-        else:
-            pieces.append(ids.astype(work.dtype, copy=False))
-            if eos is not None:
-                pieces.append(eos)
-            result.kept.append(position)
-            result.lengths.append(len(ids) + (eos is not None))
-            result.sizes.append(result.lengths[-1] * itemsize + SCALAR_NBYTES)
+    with_mask = work.text.loss_mask is not None
+    row_itemsize = np.dtype(work.dtype).itemsize + with_mask
+    pieces, masks = [], []
+    for position, ((number, _), outcome) in enumerate(zip(batch, encoded, strict=True)):
+        if not isinstance(outcome, tuple):
+            result.rejects.append((position, number, outcome))
+            continue
+        ids, mask = outcome
+        pieces.append(ids.astype(work.dtype, copy=False))
+        masks.append(mask)
+        if eos is not None:
+            pieces.append(eos)
+            masks.append(_ONE)
+        result.kept.append(position)
+        result.lengths.append(len(ids) + (eos is not None))
+        result.sizes.append(result.lengths[-1] * row_itemsize + SCALAR_NBYTES)
     if pieces:
         result.ids = np.concatenate(pieces)
+    if with_mask:
+        result.mask = np.concatenate(masks) if masks else np.empty(0, np.uint8)
     return result
+
+
+_ONE = np.ones(1, np.uint8)
 
 
 def convert_text(sources: list[Path], options: OutputOptions, tokenizer_spec: str,
                  text_options: TextOptions, append_eos: bool = False,
                  eos_token: str | None = None, workers: int | None = None,
                  progress: Callable[[int, int], None] | None = None,
-                 engine: Engine | None = None) -> ConversionResult:
+                 engine: Engine | None = None,
+                 chat_template: Path | None = None) -> ConversionResult:
     """Tokenize every document; `progress(documents, tokens)` is called after each batch.
 
     `engine` runs the tokenizing (default: `workers` local processes, all cores for None);
-    the output is the same."""
+    the output is the same. Chat records are rendered with `chat_template` (a Jinja file),
+    else the template saved beside the tokenizer."""
     engine = engine or LocalEngine(workers or available_cores())
     files = list_text_files(sources)
+    text_options = _resolve_kind(files, text_options)
     tokenizer = load_tokenizer(tokenizer_spec, eos_token)
     if append_eos and tokenizer.eos_id is None:
         raise ArgumentError(f"--append-eos: tokenizer {tokenizer_spec!r} has no EOS token; "
                             "name one with --eos-token")
+    chat = _chat_encoder(tokenizer, text_options, chat_template)
     column = Column("tokens", token_type_for_vocab(tokenizer.vocab_size))
+    columns = (column, Column("length", "int32"))
+    if text_options.loss_mask:
+        columns += (Column("loss_mask", "uint8[]"),)
     settings = {"field": text_options.field, "doc_per_file": text_options.doc_per_file,
-                "append_eos": append_eos, "shard_size": options.shard_size}
-    output = OutputDirectory(options, "text", (column, Column("length", "int32")),
+                "append_eos": append_eos, "shard_size": options.shard_size,
+                **_sft_settings(text_options, chat)}
+    output = OutputDirectory(options, "text", columns,
                              _fingerprint(files, tokenizer, settings, options.shard_format))
     with output:
         cursor = Cursor.from_json(output.resume_point)
@@ -129,12 +167,47 @@ def convert_text(sources: list[Path], options: OutputOptions, tokenizer_spec: st
         output.resume_point_at = book.cursor_at
         spans = plan_spans(files, text_options, span_size(files, engine.workers), cursor)
         work = TokenWork(tokenizer, column.numpy_dtype, tokenizer.eos_id if append_eos else None,
-                         tuple(files), text_options.field)
+                         tuple(files), text_options, chat)
         batches = engine.map_ordered(tokenize_span, work, spans)
         index, tokens = _write_batches(output, book, cursor.input, batches, progress)
         result = output.finish(index, settings, stats={}, tokenizer=tokenizer.identity())
     result.extra["tokens_this_run"] = tokens
     return result
+
+
+def _resolve_kind(files: list[Path], options: TextOptions) -> TextOptions:
+    """`options` with the kind of text "auto" stands for, told by the files."""
+    kind = detect_kind(files, options.kind, options.prompt_field, options.completion_field)
+    return dataclasses.replace(options, kind=kind)
+
+
+def _chat_encoder(tokenizer: TextTokenizer, options: TextOptions,
+                  template: Path | None) -> ChatEncoder | None:
+    if options.kind != CHAT:
+        if template is not None:
+            raise ArgumentError(f"--chat-template applies to chat JSONL only; SRC holds "
+                                f"{options.kind} text")
+        return None
+    if not isinstance(tokenizer, HFTokenizer):
+        raise ArgumentError("--tokenizer bytes has no chat template: chat JSONL needs a "
+                            "Hugging Face tokenizer.json (with --chat-template FILE if no "
+                            "template is saved beside it)")
+    return ChatEncoder(tokenizer.path, template)
+
+
+def _sft_settings(options: TextOptions, chat: ChatEncoder | None) -> dict[str, Any]:
+    """What the manifest records of fine-tuning text (nothing for plain text, whose settings
+    are as they always were)."""
+    if options.kind == PLAIN:
+        return {}
+    settings = {"text_kind": options.kind, "loss_on": options.loss_on or options.loss_mask,
+                "loss_mask": options.loss_mask}
+    if chat is not None:
+        settings["chat_template"] = chat.template_hash
+    else:
+        settings.update(prompt_field=options.prompt_field,
+                        completion_field=options.completion_field)
+    return settings
 
 
 def _write_batches(output: OutputDirectory, book: SpanBook, first: int,
@@ -152,9 +225,11 @@ def _write_batches(output: OutputDirectory, book: SpanBook, first: int,
         ends = np.cumsum(batch.lengths)
         # Plain slices: np.split costs several times more per document, on the writing thread.
         starts = ends - batch.lengths
-        documents = [batch.ids[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
-        output.add_rows([first + p for p in batch.kept],
-                        {"tokens": documents, "length": batch.lengths}, batch.sizes)
+        bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
+        rows = {"tokens": [batch.ids[s:e] for s, e in bounds], "length": batch.lengths}
+        if batch.mask is not None:
+            rows["loss_mask"] = [batch.mask[s:e] for s, e in bounds]
+        output.add_rows([first + p for p in batch.kept], rows, batch.sizes)
         first += batch.documents
         tokens += int(ends[-1]) if batch.kept else 0
         if progress is not None:
@@ -167,6 +242,9 @@ def _drop_done(batch: TokenBatch, done: int) -> None:
     if done <= 0:
         return
     kept = bisect.bisect_left(batch.kept, done)
-    batch.ids = batch.ids[sum(batch.lengths[:kept]):]
+    skipped = sum(batch.lengths[:kept])
+    batch.ids = batch.ids[skipped:]
+    if batch.mask is not None:
+        batch.mask = batch.mask[skipped:]
     del batch.kept[:kept], batch.lengths[:kept], batch.sizes[:kept]
     batch.rejects = [r for r in batch.rejects if r[0] >= done]

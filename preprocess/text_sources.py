@@ -1,4 +1,5 @@
-"""Documents from .txt (a line each, or a file each), .jsonl (one field) and .parquet files.
+"""Documents from .txt (a line each, or a file each), .jsonl (one field, or supervised
+fine-tuning records: see sft_records.py) and .parquet files.
 
 A converter's worker reads its own span of a file (a byte range that starts and ends at line
 boundaries, or a run of Parquet row groups): the process that writes the shards never parses
@@ -14,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.errors import ArgumentError, DataError
-from preprocess.input_files import is_datapipe_output, require_regular_file, split_lines, strip_bom
+from preprocess import sft_records
+from preprocess.input_files import (
+    is_datapipe_output,
+    require_regular_file,
+    split_jsonl_lines,
+    split_lines,
+    strip_bom,
+)
+from preprocess.sft_records import PLAIN, Chat, PromptCompletion, json_kind
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".ndjson", ".parquet")
 
@@ -23,6 +32,23 @@ TEXT_SUFFIXES = (".txt", ".jsonl", ".ndjson", ".parquet")
 class TextOptions:
     field: str = "text"
     doc_per_file: bool = False
+    kind: str = PLAIN  # or "auto" (told by the files), "prompt-completion", "chat"
+    prompt_field: str = "prompt"
+    completion_field: str = "completion"
+    loss_on: str | None = None  # None: the kind's default
+
+    def __post_init__(self) -> None:
+        if self.kind != "auto":
+            sft_records.check_loss_on(self.kind, self.loss_on)
+
+    @property
+    def loss_mask(self) -> str | None:
+        """What the stored loss_mask marks ("assistant", "completion"); None: no mask, every
+        token counts (plain text, or --loss-on all)."""
+        if self.kind == PLAIN:
+            return None
+        loss_on = self.loss_on or sft_records.DEFAULT_LOSS_ON[self.kind]
+        return None if loss_on == "all" else loss_on
 
 
 def list_text_files(sources: list[Path]) -> list[Path]:
@@ -83,7 +109,8 @@ class BadDocument:
     reason: str
 
 
-Document = tuple[int, "str | BadDocument"]  # (line or row within the span, from 0; text)
+# (line or row within the span, from 0; its text, or its record for fine-tuning)
+Document = tuple[int, "str | Chat | PromptCompletion | BadDocument"]
 
 
 @dataclass
@@ -94,18 +121,18 @@ class SpanDocuments:
     lacks_field: int | None = None  # JSONL: the span's first object, when it lacks the field
 
 
-def read_span(path: Path, span: TextSpan, text_field: str) -> SpanDocuments:
+def read_span(path: Path, span: TextSpan, options: TextOptions) -> SpanDocuments:
     """The documents of `span` of the file at `path`."""
     if span.kind == "parquet":
-        return _parquet_rows(path, span, text_field)
+        return _parquet_rows(path, span, options.field)
     text = _read_text(path, span.start, span.stop)
     if span.kind == "file":
         # As text-mode reading gives it, which a document per file always had.
         return SpanDocuments([(0, text.replace("\r\n", "\n").replace("\r", "\n"))], 1)
-    lines = split_lines(text)
     if span.kind == "lines":
+        lines = split_lines(text)
         return SpanDocuments(list(enumerate(lines)), len(lines))
-    return _jsonl(lines, text_field)
+    return _jsonl(split_jsonl_lines(text), options)
 
 
 def _read_text(path: Path, start: int, stop: int) -> str:
@@ -123,9 +150,10 @@ def _read_text(path: Path, start: int, stop: int) -> str:
     return strip_bom(text) if start == 0 else text
 
 
-def _jsonl(lines: list[str], text_field: str) -> SpanDocuments:
+def _jsonl(lines: list[str], options: TextOptions) -> SpanDocuments:
     """A bad line is a reject; whether a first object without the field means the wrong
-    --field is for the writing process to say, which knows the spans before this one."""
+    --field is for the writing process to say, which knows the spans before this one (a
+    fine-tuning file's first object was checked before the run began)."""
     result = SpanDocuments([], len(lines))
     for number, line in enumerate(lines):
         if not line.strip():
@@ -137,29 +165,35 @@ def _jsonl(lines: list[str], text_field: str) -> SpanDocuments:
             continue
         if isinstance(record, dict) and not result.saw_record:
             result.saw_record = True
-            if text_field not in record:
+            if options.kind == PLAIN and options.field not in record:
                 result.lacks_field = number
-        result.documents.append((number, _text_field(record, text_field)))
+        result.documents.append((number, _document(record, options)))
     return result
+
+
+def _document(record: object, options: TextOptions) -> str | Chat | PromptCompletion | \
+        BadDocument:
+    if options.kind == PLAIN:
+        return _text_field(record, options.field)
+    if not isinstance(record, dict):
+        return BadDocument(f"not a JSON object but {json_kind(record)}")
+    if options.kind == sft_records.CHAT:
+        document = sft_records.chat_record(record, options.loss_mask == "assistant")
+    else:
+        document = sft_records.prompt_completion_record(record, options.prompt_field,
+                                                        options.completion_field)
+    return BadDocument(document) if isinstance(document, str) else document
 
 
 def _text_field(record: object, text_field: str) -> str | BadDocument:
     if not isinstance(record, dict):
-        return BadDocument(f"not a JSON object but {_json_kind(record)}")
+        return BadDocument(f"not a JSON object but {json_kind(record)}")
     if text_field not in record:
         return BadDocument(f"no field {text_field!r}")
     text = record[text_field]
     if isinstance(text, str):
         return text
-    return BadDocument(f"field {text_field!r} is {_json_kind(text)}, not a string")
-
-
-def _json_kind(value: object) -> str:
-    if value is None:
-        return "null"
-    kinds = ((bool, "a boolean"), ((int, float), "a number"), (list, "an array"),
-             (dict, "an object"))
-    return next((name for kind, name in kinds if isinstance(value, kind)), type(value).__name__)
+    return BadDocument(f"field {text_field!r} is {json_kind(text)}, not a string")
 
 
 def open_parquet(path: Path, text_field: str) -> Any:

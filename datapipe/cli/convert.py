@@ -14,6 +14,7 @@ from datapipe.cli.convert_options import (
     make_output_options,
     open_engine,
     output_options,
+    sft_options,
     source_options,
 )
 from datapipe.sizes import format_size
@@ -113,18 +114,26 @@ def convert_images_cmd(sources: tuple[str, ...], src_kind: str, image_field: str
 @convert.command("text", context_settings=CONTEXT)
 @click.argument("sources", nargs=-1, required=True, metavar="SRC... OUT")
 @click.option("--tokenizer", "tokenizer", required=True,
-              help="Path to a Hugging Face tokenizer.json, or 'bytes' (built-in byte-level).")
+              help="Path to a Hugging Face tokenizer.json (or the folder holding it, with its "
+              "chat template), or 'bytes' (built-in byte-level).")
 @click.option("--field", default="text", show_default=True, help="Text field of .jsonl/.parquet.")
 @click.option("--doc-per-file", is_flag=True, help=".txt files hold one document each.")
 @click.option("--append-eos", is_flag=True, help="End every document with the EOS id.")
 @click.option("--eos-token", default=None, help="Which token is EOS (default: found by name).")
+@sft_options
 @engine_options
 @output_options
 def convert_text_cmd(sources: tuple[str, ...], tokenizer: str, field: str, doc_per_file: bool,
-                     append_eos: bool, eos_token: str | None, workers: int, engine: str,
-                     address: str | None, **output: Any) -> None:
+                     append_eos: bool, eos_token: str | None, text_kind: str, prompt_field: str,
+                     completion_field: str, loss_on: str | None, chat_template: Path | None,
+                     workers: int, engine: str, address: str | None, **output: Any) -> None:
     """Tokenize .txt (a line or a file per document), .jsonl or .parquet into id arrays, in
-    OUT: a folder or a URL (s3://bucket/prefix: made locally, then uploaded)."""
+    OUT: a folder or a URL (s3://bucket/prefix: made locally, then uploaded).
+
+    JSONL of supervised fine-tuning records, prompt/completion ({"prompt": ..., "completion":
+    ...}) or chat ({"messages": [{"role": ..., "content": ...}, ...]}, rendered with the
+    tokenizer's chat template), also stores a per-token loss_mask: 1 on the completion or
+    assistant tokens. docs/CONVERT.md describes both."""
     from preprocess.text import convert_text
     from preprocess.text_sources import TextOptions
 
@@ -136,9 +145,10 @@ def convert_text_cmd(sources: tuple[str, ...], tokenizer: str, field: str, doc_p
         progress = Progress(None, "doc")
         try:
             result = convert_text([Path(s) for s in srcs], options, tokenizer,
-                                  TextOptions(field, doc_per_file), append_eos=append_eos,
-                                  eos_token=eos_token, engine=runner,
-                                  progress=progress.update_to)
+                                  TextOptions(field, doc_per_file, text_kind, prompt_field,
+                                              completion_field, loss_on),
+                                  append_eos=append_eos, eos_token=eos_token, engine=runner,
+                                  progress=progress.update_to, chat_template=chat_template)
         finally:
             progress.close()
     tokens = result.extra["tokens_this_run"]

@@ -58,6 +58,29 @@ def source_options(func: Callable[..., Any]) -> Any:
     ])
 
 
+def sft_options(func: Callable[..., Any]) -> Any:
+    """How `convert text` reads supervised fine-tuning JSONL."""
+    from preprocess.sft_records import LOSS_ON, TEXT_KINDS
+
+    return add_options(func, [
+        click.option("--text-kind", type=click.Choice(["auto", *TEXT_KINDS]), default="auto",
+                     show_default=True, help="What the JSONL records are: told by each file's "
+                     "first object (messages: chat; the prompt and completion fields: "
+                     "prompt-completion; else plain text of --field), or said."),
+        click.option("--prompt-field", default="prompt", show_default=True,
+                     help="Prompt field of prompt/completion records."),
+        click.option("--completion-field", default="completion", show_default=True,
+                     help="Completion field of prompt/completion records."),
+        click.option("--loss-on", type=click.Choice(LOSS_ON), default=None,
+                     help="Which tokens the stored loss_mask lets the loss count: assistant "
+                     "(chat's default), completion (prompt/completion's default), or all (no "
+                     "mask stored)."),
+        click.option("--chat-template", type=click.Path(path_type=Path), default=None,
+                     metavar="FILE", help="A Jinja chat template for chat records, instead of "
+                     "the one saved beside the tokenizer."),
+    ])
+
+
 def engine_options(func: Callable[..., Any]) -> Any:
     return add_options(func, [
         click.option("--workers", default=0, type=int,

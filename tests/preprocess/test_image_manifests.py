@@ -134,6 +134,19 @@ def test_jsonl_lines_are_numbered_as_a_file_reader_numbers_them(cli, tmp_path: P
         assert ds[0]["note"] == "a\u2028b\x85c"
 
 
+def test_a_jsonl_list_record_may_hold_a_bare_carriage_return(cli, tmp_path: Path) -> None:
+    """A bare \\r is JSON whitespace: ending a line there cut the record into two rejects."""
+    photos = _photos(tmp_path, 2)
+    lines = ['{"path":\r' + json.dumps(photos[0]) + ', "label": 0}',
+             json.dumps({"path": photos[1], "label": 1})]
+    (tmp_path / "list.jsonl").write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    result = cli("convert", "images", tmp_path / "list.jsonl", tmp_path / "out")
+    assert result.code == 0, result.err
+    assert not (tmp_path / "out/rejects.jsonl").read_text()
+    with Dataset(tmp_path / "out") as ds:
+        assert len(ds) == 2
+
+
 def test_a_fractional_json_label_is_a_class_name_never_truncated(cli, tmp_path: Path) -> None:
     """int(1.5) is 1: a JSON label 1.5 once became class 1 silently."""
     photos = _photos(tmp_path)

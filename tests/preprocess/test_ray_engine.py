@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from datapipe.errors import DataError
+from datapipe.format import Dataset
 from preprocess.image_ops import ImageSettings
 from preprocess.image_sources import list_images
 from preprocess.images import ImageWork, convert_span
@@ -19,6 +20,7 @@ from tests.conftest import run_cli_process
 from tests.imagegen import make_image_folder, write_awkward_images
 from tests.integration.test_kill_resume import _kill_after_shards
 from tests.preprocess.sample_files import photo_rows, write_hf_parquet, write_tars
+from tests.preprocess.test_convert_sft import CHATS, make_chat_tokenizer
 from tests.preprocess.test_convert_text import DOCS, train_wordpiece
 
 ray = pytest.importorskip("ray")
@@ -212,3 +214,33 @@ def test_missing_ray_says_how_to_install_and_local_never_imports_it(images: Path
                            timeout=60)
     assert local.returncode == 0, local.stderr
     assert local.stdout.strip().endswith("[]")
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_chat_tokenizer(tmp_path_factory.mktemp("chat_tokenizer"))
+
+
+@pytest.mark.parametrize("kind", ["chat", "prompt-completion"])
+def test_fine_tuning_text_on_ray_is_byte_identical_to_the_local_engine(
+        cli, ray_address: str, tmp_path: Path, chat_tokenizer: Path, kind: str) -> None:
+    """The chat template travels to Ray's tasks with the tokenizer; masks come back with ids."""
+    if kind == "chat":
+        pytest.importorskip("transformers")
+        records = [{"messages": CHATS[i % len(CHATS)]} for i in range(600)]
+    else:
+        records = [{"prompt": f"{DOCS[i % len(DOCS)]} ", "completion": str(i)}
+                   for i in range(3000)]
+    lines = [json.dumps(r) for r in records]
+    lines[7] = json.dumps({"messages": [{"role": "user", "content": "no answer"}]} if
+                          kind == "chat" else {"prompt": "no completion"})
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(lines) + "\n")
+    args = ["--tokenizer", chat_tokenizer, "--shard-size", "8KB"]
+    for name, extra in [("one", ["--workers", 1]), ("ray", ["--engine", "ray"])]:
+        result = cli("convert", "text", corpus, tmp_path / name, *args, *extra)
+        assert result.code == 0, result.err
+    assert_same_files(tmp_path / "one", tmp_path / "ray")
+    with Dataset(tmp_path / "ray") as ds:
+        assert ds.manifest.column("loss_mask") is not None
+    assert len((tmp_path / "ray" / "rejects.jsonl").read_text().splitlines()) == 1

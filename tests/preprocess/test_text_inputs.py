@@ -144,3 +144,18 @@ def test_a_run_stopped_as_an_absolute_path_resumes_as_a_relative_one(
     assert resumed.code == 0, resumed.err
     assert "kept from the interrupted run" in resumed.out
     assert len(_texts(tmp_path / "out")) == 2000
+
+
+def test_jsonl_lines_end_only_at_a_newline(cli, tmp_path: Path) -> None:
+    """Four valid records: three hold U+2028, U+2029 and U+0085 raw in their strings, the
+    fourth a bare \\r between its values (JSON whitespace), and one line ends \\r\\n. A line
+    end anywhere but at \\n cut a record into "not valid JSON" rejects."""
+    texts = ["web\u2028text", "para\u2029graph", "next\x85line", "all\u2028three\u2029\x85"]
+    lines = [json.dumps({"text": t}, ensure_ascii=False) for t in texts[:3]]
+    lines.append('{"id": 4,\r"text":\r' + json.dumps(texts[3], ensure_ascii=False) + "}")
+    src = tmp_path / "docs.jsonl"
+    src.write_bytes(("\n".join(lines[:2]) + "\r\n" + "\n".join(lines[2:]) + "\n").encode())
+    result = cli("convert", "text", src, tmp_path / "out", "--tokenizer", "bytes")
+    assert result.code == 0, result.err
+    assert "converted 4 documents of 4 inputs (0 rejected" in result.out
+    assert _texts(tmp_path / "out") == texts
