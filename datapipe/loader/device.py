@@ -73,8 +73,15 @@ class CopyLeases:
 
 
 def to_device(batch: dict[str, Any], device: torch.device, non_blocking: bool) -> dict[str, Any]:
-    return {k: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v
-            for k, v in batch.items()}
+    """Tensors, and tuples of them (one per view), moved to `device`."""
+    def moved(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.to(device, non_blocking=non_blocking)
+        if isinstance(value, tuple):
+            return tuple(moved(v) for v in value)
+        return value
+
+    return {k: moved(v) for k, v in batch.items()}
 
 
 class DeviceFeed:
@@ -162,6 +169,7 @@ def hand_over(batch: dict[str, Any], copied: Any, device: torch.device) -> dict[
     current = torch.cuda.current_stream(device)
     current.wait_event(copied)
     for value in batch.values():
-        if isinstance(value, torch.Tensor) and value.is_cuda:
-            value.record_stream(current)
+        for tensor in value if isinstance(value, tuple) else (value,):
+            if isinstance(tensor, torch.Tensor) and tensor.is_cuda:
+                tensor.record_stream(current)
     return batch
