@@ -1,4 +1,4 @@
-"""One view of one sample into its place in the batch, in a worker: decode, then the steps.
+"""One view of one sample into its place in the batch, in a worker: the steps after decode.
 
 Without sample steps the decoder writes into the batch buffer directly (through a `Normalize`'s
 table when the workers normalise): nothing is added to that path. With them, it decodes into a
@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 from datapipe.errors import ArgumentError
-from datapipe.image.cpu_decode import decode_into
 from datapipe.image.normalize import normalize_table
 from datapipe.image.placement import ViewSpec, sample_rng, step_name
 from datapipe.image.steps import PerSample
@@ -46,13 +45,15 @@ class ViewDecoder:
         self.step_seconds = {step_name(s): 0.0 for s in self.steps
                              if not isinstance(s, Normalize)}
 
-    def decode(self, payload: bytes, encoding: str, height: int, width: int, box: np.ndarray,
-               flip: bool, out: np.ndarray, epoch: int, index: int) -> None:
-        if not self.steps:
-            decode_into(payload, encoding, height, width, box, flip, out, self.table)
-            return
-        decode_into(payload, encoding, height, width, box, flip, self.scratch)
-        _store(self.run_steps(self.scratch, epoch, index), out)
+    def decode_target(self, out: np.ndarray) -> np.ndarray:
+        """Where the decoder writes (through `self.table`): the batch row itself, or the
+        scratch image the steps start from."""
+        return self.scratch if self.steps else out
+
+    def finish(self, out: np.ndarray, epoch: int, index: int) -> None:
+        """Run the steps on the decoded scratch image into the batch row (none: nothing)."""
+        if self.steps:
+            _store(self.run_steps(self.scratch, epoch, index), out)
 
     def run_steps(self, pixels: np.ndarray, epoch: int, index: int) -> np.ndarray:
         for position, step in enumerate(self.steps):

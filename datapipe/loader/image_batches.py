@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.errors import ArgumentError, DataError, DatapipeError
+from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
 from datapipe.format.sources import Location
+from datapipe.image.cpu_decode import decode_into
 from datapipe.image.normalize import NUMPY_DTYPES
 from datapipe.image.placement import ViewSpec
 from datapipe.image.transforms import Normalize, Pipeline, plan_crops
@@ -119,14 +120,16 @@ class ImageBatchBuilder:
             try:
                 for decoder, (boxes, flips), view_images in zip(self.decoders, plans, images,
                                                                 strict=True):
-                    decoder.decode(data, self.encoding, int(self.heights[index]),
-                                   int(self.widths[index]), boxes[j], bool(flips[j]),
-                                   view_images[len(kept)], task.epoch, index)
+                    row_out = view_images[len(kept)]
+                    decode_into(data, self.encoding, int(self.heights[index]),
+                                int(self.widths[index]), boxes[j], bool(flips[j]),
+                                decoder.decode_target(row_out), decoder.table)
+                    decoder.finish(row_out, task.epoch, index)
             except StepFailed as exc:
                 self._refuse_or_skip(f"{shard.path.name} row {row} (sample {index}): {exc}",
                                      index, skipped, exc.__cause__)
                 continue
-            except DatapipeError:
+            except ArgumentError:
                 raise  # a step's wrong output: the step's fault, not the sample's
             except Exception as exc:  # untrusted bytes: any decoder failure names the sample
                 self._refuse_or_skip(f"{shard.path.name} row {row} (sample {index}): cannot "
