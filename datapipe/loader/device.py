@@ -140,12 +140,20 @@ class DeviceFeed:
     def _page_locked(self, batch: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         """The batch with its `pin` tensors page-locked, and those read in place."""
         host, in_place = dict(batch), []
+
+        def locked(value: Any) -> Any:
+            if isinstance(value, tuple):  # one tensor per view, all in the same buffer
+                return tuple(locked(v) for v in value)
+            if not isinstance(value, torch.Tensor) or value.is_cuda:
+                return value
+            tensor, same = page_locked(value, self.locker)
+            if same:
+                in_place.append(value)
+            return tensor
+
         for key in self.pin:
-            value = host.get(key)
-            if isinstance(value, torch.Tensor) and not value.is_cuda:
-                host[key], same = page_locked(value, self.locker)
-                if same:
-                    in_place.append(value)
+            if key in host:
+                host[key] = locked(host[key])
         return host, in_place
 
     def take_stages(self, b: int) -> dict[str, float]:

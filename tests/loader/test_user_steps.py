@@ -48,7 +48,7 @@ def mix_labels(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor
 
 
 def shuffle_pixels(images: torch.Tensor) -> torch.Tensor:
-    return images + torch.rand(images.shape[0], 1, 1, 1)
+    return images + torch.rand(images.shape[0], 1, 1, 1, device=images.device)
 
 
 def loader_of(shards: Path, transform, workers: int = 2, **kwargs) -> dp.Loader:
@@ -268,3 +268,30 @@ def test_the_profiler_names_a_per_sample_stage(shards: Path) -> None:
         for _ in prof.wrap(loader):
             prof.step()
     assert "PerSample(noise)" in prof.results()["stages"]["worker_seconds"]
+
+
+class DeviceProbe(dp.SampleStep, dp.BatchStep):
+    """Both forms: on CUDA the batch form must run, on the GPU, with a generator there."""
+
+    def apply_sample(self, pixels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        raise AssertionError("the sample form ran for a batch going to CUDA")
+
+    def apply_batch(self, images, labels, generator):
+        assert images.is_cuda and generator.device.type == "cuda"
+        return images * 0, labels
+
+
+def test_on_cuda_batch_steps_run_on_the_gpu(shards: Path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    transform = CROP | dp.PerSample(noise) | DeviceProbe() | dp.PerBatch(mix_labels)
+    first = batches(shards, transform, device="cuda")
+    assert same_batches(first, batches(shards, transform, device="cuda"))
+    batch = first[0]
+    assert batch["image"].is_cuda and not batch["image"].any()
+    assert batch["label"].is_cuda and batch["label"].shape == (4, 2)
+    views = (CROP, dp.image.RandomResizedCrop(16) | dp.PerBatch(shuffle_pixels))
+    with dp.Loader(shards, batch_size=4, num_workers=2, views=views, device="cuda") as loader:
+        big, small = next(iter(loader))["image"]
+    assert big.is_cuda and big.dtype == torch.uint8 and big.shape == (4, 3, 32, 32)
+    assert small.is_cuda and small.dtype == torch.float32 and small.shape == (4, 3, 16, 16)
