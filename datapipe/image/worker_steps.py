@@ -88,15 +88,15 @@ def _expected(step: Transform, pixels: np.ndarray) -> tuple[tuple[int, ...], np.
 def _checked(step: Transform, result: object,
              expected: tuple[tuple[int, ...], np.dtype]) -> np.ndarray:
     shape, dtype = expected
-    want = f"{'x'.join(map(str, shape))} {dtype}"
+    if isinstance(result, np.ndarray) and result.shape == shape and result.dtype == dtype:
+        return result
+    want = f"{'x'.join(map(str, shape))} {dtype}"  # made only for the message: 10 us a sample
     if not isinstance(result, np.ndarray):
         raise ArgumentError(f"{step_name(step)} returned {type(result).__name__}, not an array "
                             f"of {want} pixels")
-    if result.shape != shape or result.dtype != dtype:
-        hint = " (declare it with shape= / dtype=)" if isinstance(step, PerSample) else ""
-        raise ArgumentError(f"{step_name(step)} returned {'x'.join(map(str, result.shape))} "
-                            f"{result.dtype} pixels; this loader expects {want} there{hint}")
-    return result
+    hint = " (declare it with shape= / dtype=)" if isinstance(step, PerSample) else ""
+    raise ArgumentError(f"{step_name(step)} returned {'x'.join(map(str, result.shape))} "
+                        f"{result.dtype} pixels; this loader expects {want} there{hint}")
 
 
 def _store(pixels: np.ndarray, out: np.ndarray) -> None:
