@@ -80,7 +80,7 @@ class Loader(LoaderBase):
                  extra_columns: tuple[str, ...] | None = None, verify: str = "cheap",
                  cache_dir: str | Path | None = None, cache_size: int | str | None = None,
                  fields: Iterable[str] | None = None,
-                 views: Iterable[Transform] | None = None) -> None:
+                 views: tuple[Transform, ...] | None = None) -> None:
         batch_size = check_counter("batch_size", batch_size, minimum=1)
         prefetch = check_counter("prefetch", prefetch, minimum=1)
         seed = check_counter("seed", seed)
@@ -279,7 +279,7 @@ class Loader(LoaderBase):
 
 
 def _view_pipelines(transform: Transform | None,
-                    views: Iterable[Transform] | None) -> list[Pipeline]:
+                    views: tuple[Transform, ...] | None) -> list[Pipeline]:
     if views is None:
         return [as_pipeline(transform)]
     if transform is not None:
