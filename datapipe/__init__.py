@@ -21,6 +21,8 @@ __version__ = "0.1.0"
 _LAZY = {"Loader": "datapipe.loader", "TokenLoader": "datapipe.loader",
          "WorkerError": "datapipe.loader", "DatasetWriter": "datapipe.format.dataset_writer",
          "merge_parts": "datapipe.format.parts",
+         "PerSample": "datapipe.image.steps", "PerBatch": "datapipe.image.steps",
+         "SampleStep": "datapipe.image.steps", "BatchStep": "datapipe.image.steps",
          "image": "datapipe.image", "cli": "datapipe.cli", "profile": "datapipe.profiling"}
 
 
@@ -45,6 +47,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'datapipe' has no attribute {name!r}")
 
 
-__all__ = ["ArgumentError", "DataError", "DatapipeError", "Dataset", "DatasetWriter", "Loader",
-           "Manifest", "TokenLoader", "WorkerError", "__version__", "cli", "image",
-           "merge_parts", "profile"]
+__all__ = ["ArgumentError", "BatchStep", "DataError", "DatapipeError", "Dataset",
+           "DatasetWriter", "Loader", "Manifest", "PerBatch", "PerSample", "SampleStep",
+           "TokenLoader", "WorkerError", "__version__", "cli", "image", "merge_parts", "profile"]

@@ -1,4 +1,4 @@
-"""Facts about the machine the toolkit runs on."""
+"""Facts about the machine the toolkit runs on, and about this process."""
 
 from __future__ import annotations
 
@@ -22,3 +22,18 @@ def same_file(fd: int, path: Path) -> bool:
         return False
     held = os.fstat(fd)
     return (held.st_dev, held.st_ino) == (on_disk.st_dev, on_disk.st_ino)
+
+
+_worker_process = False
+
+
+def mark_worker_process() -> None:
+    """Called first thing in a loader's worker process."""
+    global _worker_process
+    _worker_process = True
+
+
+def in_worker() -> bool:
+    """Whether this process is a loader's worker: its global state (random generators) is
+    datapipe's own, not the training script's."""
+    return _worker_process

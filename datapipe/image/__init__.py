@@ -1,5 +1,6 @@
 """Image decode backends and transforms."""
 
+from datapipe.image.steps import BatchStep, PerBatch, PerSample, SampleStep
 from datapipe.image.transforms import (
     CenterCrop,
     ColorJitter,
@@ -8,4 +9,5 @@ from datapipe.image.transforms import (
     RandomResizedCrop,
 )
 
-__all__ = ["CenterCrop", "ColorJitter", "HorizontalFlip", "Normalize", "RandomResizedCrop"]
+__all__ = ["BatchStep", "CenterCrop", "ColorJitter", "HorizontalFlip", "Normalize", "PerBatch",
+           "PerSample", "RandomResizedCrop", "SampleStep"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -22,6 +22,11 @@ from datapipe.errors import ArgumentError
 
 
 class Transform:
+    # What the loader does with a step: "geometry" and "flip" are planned into the decode,
+    # "photometric" runs per batch, "sample" and "batch" steps (datapipe.image.steps) run
+    # where their protocol says. A subclass with none is refused, never silently skipped.
+    kind: ClassVar[str | None] = None
+
     def __or__(self, other: Transform) -> Pipeline:
         return Pipeline((*_steps(self), *_steps(other)))
 
@@ -87,6 +92,7 @@ class RandomResizedCrop(Transform):
     """Crop a random area fraction `scale` and aspect `ratio` and resize to `size` (torchvision's
     algorithm: ten tries, then a centre crop)."""
 
+    kind: ClassVar[str | None] = "geometry"
     size: int | tuple[int, int]
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
@@ -109,6 +115,7 @@ class CenterCrop(Transform):
     """The centred region covering `fraction` of the shorter side, resized to `size` (the usual
     evaluation transform: fraction 0.875 is resize-256-then-crop-224)."""
 
+    kind: ClassVar[str | None] = "geometry"
     size: int | tuple[int, int]
     fraction: float = 0.875
 
@@ -120,6 +127,7 @@ class CenterCrop(Transform):
 
 @dataclass(frozen=True)
 class HorizontalFlip(Transform):
+    kind: ClassVar[str | None] = "flip"
     p: float = 0.5
 
     def __post_init__(self) -> None:
@@ -134,6 +142,7 @@ class ColorJitter(Transform):
     contrast and saturation draws a factor from [max(0, 1 - s), 1 + s], one for hue a shift from
     [-s, s] (s <= 0.5); an explicit (lo, hi) range may be given instead."""
 
+    kind: ClassVar[str | None] = "photometric"
     brightness: float | tuple[float, float] = 0.0
     contrast: float | tuple[float, float] = 0.0
     saturation: float | tuple[float, float] = 0.0
@@ -149,6 +158,7 @@ class Normalize(Transform):
     """Scale to [0, 1], subtract mean, divide by std, cast to `dtype` ("float32", "float16",
     "bfloat16"): the batch is then ready for mixed precision."""
 
+    kind: ClassVar[str | None] = "photometric"
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
     dtype: str = "float32"
@@ -169,12 +179,28 @@ class Normalize(Transform):
 
 @dataclass(frozen=True)
 class Pipeline(Transform):
+    """Steps in the order written: one crop and one flip planned into the decode, the rest run
+    in that order where each kind runs (see `datapipe.image.placement`)."""
+
     steps: tuple[Transform, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        geometry = [s for s in self.steps if isinstance(s, (RandomResizedCrop, CenterCrop))]
+        for step in self.steps:
+            if step.kind is None:
+                raise ArgumentError(
+                    f"{type(step).__name__} is not a step the loader can run: subclass "
+                    "datapipe.SampleStep (per sample, in the workers) or datapipe.BatchStep "
+                    "(per batch, on its device), or wrap a function in datapipe.PerSample / "
+                    "datapipe.PerBatch")
+        geometry = [s for s in self.steps if s.kind == "geometry"]
         if len(geometry) > 1:
             raise ArgumentError("use one of RandomResizedCrop / CenterCrop per pipeline")
+        normalize = next((i for i, s in enumerate(self.steps) if isinstance(s, Normalize)),
+                         len(self.steps))
+        for step in self.steps[normalize:]:
+            if getattr(step, "needs_uint8", False):
+                raise ArgumentError(f"{type(step).__name__} works on uint8 pixels: put it "
+                                    "before Normalize")
 
     @property
     def crop(self) -> RandomResizedCrop | CenterCrop | None:
@@ -186,8 +212,9 @@ class Pipeline(Transform):
         return next((s for s in self.steps if isinstance(s, HorizontalFlip)), None)
 
     @property
-    def batch_steps(self) -> tuple[Transform, ...]:
-        return tuple(s for s in self.steps if isinstance(s, (ColorJitter, Normalize)))
+    def pixel_steps(self) -> tuple[Transform, ...]:
+        """Every step after the decode's geometry, in order: photometric, sample and batch."""
+        return tuple(s for s in self.steps if s.kind not in ("geometry", "flip"))
 
     @property
     def output_size(self) -> tuple[int, int] | None:

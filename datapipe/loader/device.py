@@ -73,8 +73,15 @@ class CopyLeases:
 
 
 def to_device(batch: dict[str, Any], device: torch.device, non_blocking: bool) -> dict[str, Any]:
-    return {k: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v
-            for k, v in batch.items()}
+    """Tensors, and tuples of them (one per view), moved to `device`."""
+    def moved(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.to(device, non_blocking=non_blocking)
+        if isinstance(value, tuple):
+            return tuple(moved(v) for v in value)
+        return value
+
+    return {k: moved(v) for k, v in batch.items()}
 
 
 class DeviceFeed:
@@ -133,12 +140,20 @@ class DeviceFeed:
     def _page_locked(self, batch: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         """The batch with its `pin` tensors page-locked, and those read in place."""
         host, in_place = dict(batch), []
+
+        def locked(value: Any) -> Any:
+            if isinstance(value, tuple):  # one tensor per view, all in the same buffer
+                return tuple(locked(v) for v in value)
+            if not isinstance(value, torch.Tensor) or value.is_cuda:
+                return value
+            tensor, same = page_locked(value, self.locker)
+            if same:
+                in_place.append(value)
+            return tensor
+
         for key in self.pin:
-            value = host.get(key)
-            if isinstance(value, torch.Tensor) and not value.is_cuda:
-                host[key], same = page_locked(value, self.locker)
-                if same:
-                    in_place.append(value)
+            if key in host:
+                host[key] = locked(host[key])
         return host, in_place
 
     def take_stages(self, b: int) -> dict[str, float]:
@@ -162,6 +177,7 @@ def hand_over(batch: dict[str, Any], copied: Any, device: torch.device) -> dict[
     current = torch.cuda.current_stream(device)
     current.wait_event(copied)
     for value in batch.values():
-        if isinstance(value, torch.Tensor) and value.is_cuda:
-            value.record_stream(current)
+        for tensor in value if isinstance(value, tuple) else (value,):
+            if isinstance(tensor, torch.Tensor) and tensor.is_cuda:
+                tensor.record_stream(current)
     return batch

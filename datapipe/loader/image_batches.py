@@ -12,8 +12,10 @@ from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
 from datapipe.format.sources import Location
 from datapipe.image.cpu_decode import decode_into
-from datapipe.image.normalize import NUMPY_DTYPES, normalize_table
+from datapipe.image.normalize import NUMPY_DTYPES
+from datapipe.image.placement import ViewSpec
 from datapipe.image.transforms import Normalize, Pipeline, plan_crops
+from datapipe.image.worker_steps import StepFailed, ViewDecoder
 from datapipe.loader.extra_columns import ExtraColumns
 from datapipe.loader.workers import BatchTask, worker_timing
 
@@ -22,37 +24,57 @@ ON_ERROR = ("raise", "skip")
 
 @dataclass(frozen=True)
 class ImageBatchSpec:
-    """Everything a worker needs to build batches (small and picklable)."""
+    """Everything a worker needs to build batches (small and picklable). A batch buffer holds
+    each view's images in turn (one view unless the loader was given `views=`)."""
 
     directory: str | Location  # a path or URL
-    pipeline: Pipeline
-    out_size: tuple[int, int]
+    views: tuple[ViewSpec, ...]
     seed: int
     on_error: str = "raise"
     extra_columns: tuple[str, ...] = ()
     verify: str = "cheap"  # see datapipe/format/integrity.py
-    normalize: Normalize | None = None  # done while decoding: the batch then holds its dtype
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
             raise ArgumentError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
 
+    # The first view's settings: the whole batch's when there is one view (DALI's case).
+    @property
+    def pipeline(self) -> Pipeline:
+        return self.views[0].pipeline
+
+    @property
+    def out_size(self) -> tuple[int, int]:
+        return self.views[0].out_size
+
+    @property
+    def normalize(self) -> Normalize | None:
+        return self.views[0].normalize
+
     @property
     def pixel_dtype(self) -> str:
-        """What a batch buffer holds: "uint8", or Normalize's dtype."""
-        return self.normalize.dtype if self.normalize else "uint8"
+        """What a batch buffer holds: "uint8", or a float dtype (Normalize's)."""
+        return self.views[0].pixel_dtype
 
     def image_nbytes(self, count: int) -> int:
-        itemsize = NUMPY_DTYPES[self.pixel_dtype].itemsize
-        return count * self.out_size[0] * self.out_size[1] * 3 * itemsize
+        return self.views[0].nbytes(count)
+
+    def view_offsets(self, capacity: int) -> list[int]:
+        """Where each view's images start in a buffer laid out for `capacity` samples."""
+        offsets = [0]
+        for view in self.views[:-1]:
+            offsets.append(offsets[-1] + view.nbytes(capacity))
+        return offsets
 
     def slot_nbytes(self, batch_size: int) -> int:
-        return self.image_nbytes(batch_size)
+        return sum(view.nbytes(batch_size) for view in self.views)
 
 
-def batch_rng(seed: int, epoch: int, batch_no: int) -> np.random.Generator:
-    """Augmentation randomness: a function of the batch, not of which worker builds it."""
-    return np.random.default_rng([seed, epoch, batch_no, 0xA06])
+def batch_rng(seed: int, epoch: int, batch_no: int, view: int = 0) -> np.random.Generator:
+    """Augmentation randomness: a function of the batch, not of which worker builds it; each
+    view draws its crops from a stream of its own."""
+    key = [seed, epoch, batch_no, 0xA06] + ([view] if view else [])
+    return np.random.default_rng(key)
 
 
 class ImageBatchBuilder:
@@ -64,16 +86,27 @@ class ImageBatchBuilder:
         self.widths = self.dataset.scalar("width").astype(np.int64)
         self.labels = self.dataset.scalar("label").astype(np.int64)
         self.extras = ExtraColumns(self.dataset, spec.extra_columns)
-        self.table = normalize_table(spec.normalize) if spec.normalize else None
+        self.decoders = [ViewDecoder(view, v, spec.seed) for v, view in enumerate(spec.views)]
+
+    def _view_images(self, out: np.ndarray, count: int) -> list[np.ndarray]:
+        images = []
+        for view, offset in zip(self.spec.views, self.spec.view_offsets(count), strict=True):
+            h, w = view.out_size
+            images.append(out[offset: offset + view.nbytes(count)]
+                          .view(NUMPY_DTYPES[view.pixel_dtype]).reshape(-1, h, w, 3))
+        return images
+
+    def _plans(self, task: BatchTask) -> list[tuple[np.ndarray, np.ndarray]]:
+        idx = task.indices
+        return [plan_crops(view.pipeline, self.heights[idx], self.widths[idx],
+                           batch_rng(self.spec.seed, task.epoch, task.batch_no, v))
+                for v, view in enumerate(self.spec.views)]
 
     def build(self, task: BatchTask, out: np.ndarray) -> dict[str, Any]:
         started = time.perf_counter()
-        h, w = self.spec.out_size
-        images = out[: self.spec.image_nbytes(len(task.indices))] \
-            .view(NUMPY_DTYPES[self.spec.pixel_dtype]).reshape(-1, h, w, 3)
         idx = task.indices
-        boxes, flips = plan_crops(self.spec.pipeline, self.heights[idx], self.widths[idx],
-                                  batch_rng(self.spec.seed, task.epoch, task.batch_no))
+        images = self._view_images(out, len(idx))
+        plans = self._plans(task)
         shards, rows = self.dataset.locate_many(idx)
         kept: list[int] = []
         skipped: list[tuple[int, str]] = []
@@ -85,26 +118,48 @@ class ImageBatchBuilder:
             data = shard.payload("image", row).tobytes()  # pages the bytes in from the map
             t1 = time.perf_counter()
             try:
-                decode_into(data, self.encoding, int(self.heights[index]),
-                            int(self.widths[index]), boxes[j], bool(flips[j]),
-                            images[len(kept)], self.table)
+                for decoder, (boxes, flips), view_images in zip(self.decoders, plans, images,
+                                                                strict=True):
+                    row_out = view_images[len(kept)]
+                    decode_into(data, self.encoding, int(self.heights[index]),
+                                int(self.widths[index]), boxes[j], bool(flips[j]),
+                                decoder.decode_target(row_out), decoder.table)
+                    decoder.finish(row_out, task.epoch, index)
+            except StepFailed as exc:
+                self._refuse_or_skip(f"{shard.path.name} row {row} (sample {index}): {exc}",
+                                     index, skipped, exc.__cause__)
+                continue
+            except ArgumentError:
+                raise  # a step's wrong output: the step's fault, not the sample's
             except Exception as exc:  # untrusted bytes: any decoder failure names the sample
-                reason = f"{shard.path.name} row {row} (sample {index}): cannot decode: " \
-                         f"{type(exc).__name__}: {exc}"
-                if self.spec.on_error == "raise":
-                    raise DataError(reason + " (pass on_error='skip' to skip such samples)") \
-                        from None
-                skipped.append((index, reason))
+                self._refuse_or_skip(f"{shard.path.name} row {row} (sample {index}): cannot "
+                                     f"decode: {type(exc).__name__}: {exc}", index, skipped)
                 continue
             finally:
                 read_s += t1 - t0
                 decode_s += time.perf_counter() - t1
             kept.append(j)
         keep = np.asarray(kept, dtype=np.int64)
-        meta: dict[str, Any] = {"count": len(kept), "index": idx[keep],
+        meta: dict[str, Any] = {"count": len(kept), "capacity": len(idx), "index": idx[keep],
                                 "label": self.labels[idx[keep]], "is_padding": task.is_pad[keep],
                                 "skipped": skipped}
         meta["columns"] = self.extras.of(idx[keep])
         ended = time.perf_counter()
-        meta["timing"] = worker_timing(started, ended, {"read": read_s, "decode": decode_s})
+        meta["timing"] = worker_timing(started, ended, self._stages(read_s, decode_s))
         return meta
+
+    def _refuse_or_skip(self, reason: str, index: int, skipped: list[tuple[int, str]],
+                        cause: BaseException | None = None) -> None:
+        if self.spec.on_error == "raise":
+            error = DataError(reason + " (pass on_error='skip' to skip such samples)")
+            raise error from cause
+        skipped.append((index, reason))
+
+    def _stages(self, read_s: float, decode_s: float) -> dict[str, float]:
+        """Seconds per stage: each sample step by its name, decoding the rest."""
+        stages = {"read": read_s, "decode": decode_s}
+        for decoder in self.decoders:
+            for name, seconds in decoder.take_step_seconds().items():
+                stages[name] = stages.get(name, 0.0) + seconds
+                stages["decode"] -= seconds
+        return stages

@@ -16,10 +16,11 @@ from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
-from datapipe.image.batch_ops import BatchTransforms, split_for_workers
+from datapipe.image.batch_ops import BatchTransforms
 from datapipe.image.cpu_decode import warn_if_slow_path
 from datapipe.image.normalize import TORCH_DTYPES
-from datapipe.image.transforms import Transform, as_pipeline
+from datapipe.image.placement import ViewSpec, check_picklable, place_steps
+from datapipe.image.transforms import Pipeline, Transform, as_pipeline
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
 from datapipe.loader.base import LoaderBase, refuse_empty
 from datapipe.loader.batch_loop import BatchProducer
@@ -45,6 +46,12 @@ class Loader(LoaderBase):
     ``is_padding`` (bool: samples repeated so every rank runs the same number of steps), plus
     the dataset's extra columns. ``fields=("image", "label")`` yields that tuple instead of the
     dict, for loops written for DataLoader (``for images, target in loader``).
+
+    ``transform`` may hold the user's own steps (``PerSample``, ``PerBatch``, any
+    ``SampleStep`` / ``BatchStep``): see docs/augmentation.md for where each runs. A step that
+    changes labels (Mixup) puts its labels in ``label``. ``views=(t1, t2, ...)`` instead of
+    ``transform`` makes one image per view of each sample, each with its own crop: ``image``
+    is then a tuple of tensors, one per view.
 
     ``rank``/``world_size`` default to torch.distributed's. Each rank gets ceil(N / world_size)
     samples, the shortfall repeated and flagged ``is_padding``; ``drop_last`` then drops the
@@ -72,7 +79,8 @@ class Loader(LoaderBase):
                  world_size: int | None = None, prefetch: int = 2, on_error: str = "raise",
                  extra_columns: tuple[str, ...] | None = None, verify: str = "cheap",
                  cache_dir: str | Path | None = None, cache_size: int | str | None = None,
-                 fields: Iterable[str] | None = None) -> None:
+                 fields: Iterable[str] | None = None,
+                 views: tuple[Transform, ...] | None = None) -> None:
         batch_size = check_counter("batch_size", batch_size, minimum=1)
         prefetch = check_counter("prefetch", prefetch, minimum=1)
         seed = check_counter("seed", seed)
@@ -94,21 +102,30 @@ class Loader(LoaderBase):
         self.decode = decode
         if decode == "cpu":
             warn_if_slow_path()
-        self.pipeline = as_pipeline(transform)
+        pipelines = _view_pipelines(transform, views)
+        if decode == "dali" and views is not None:
+            raise ArgumentError("views= needs decode='cpu': the DALI graph makes one view")
+        self.pipeline = pipelines[0]
         with Dataset(self.path, verify=verify) as ds:
             self._check_dataset(ds)
             if verify == "open":
                 ds.check_hashes()  # here, before workers fork: each shard is hashed once
             self.num_samples = len(ds)
-            out_size = self._output_size(ds, self.pipeline)
+            sizes = [self._output_size(ds, p) for p in pipelines]
             extras = extra_column_names(ds.manifest, extra_columns, STANDARD_COLUMNS)
             self._manifest = manifest_fingerprint(ds.manifest)
         self._check_fields(("image", "label", "index", "is_padding", *extras))
-        in_workers, batch_steps = (split_for_workers(self.pipeline.batch_steps, self.device)
-                                   if decode == "cpu" else (None, self.pipeline.batch_steps))
-        self.spec = ImageBatchSpec(self.path, self.pipeline, out_size, seed, on_error, extras,
-                                   verify, normalize=in_workers)
-        self.batch_transforms = BatchTransforms(batch_steps, seed)
+        placed = [place_steps(p, size, self.device.type, decode)
+                  for p, size in zip(pipelines, sizes, strict=True)]
+        if self.num_workers:
+            for view, _ in placed:
+                check_picklable(view.sample_steps)
+        self.spec = ImageBatchSpec(self.path, tuple(view for view, _ in placed), seed, on_error,
+                                   extras, verify)
+        self.view_transforms = [BatchTransforms(steps, seed, v)
+                                for v, (_, steps) in enumerate(placed)]
+        self.batch_transforms = self.view_transforms[0]
+        self._views = views is not None
         # Copies images from the batch buffers in place (page-locked) on CUDA.
         self._feed = DeviceFeed(self.device, pin=("image",), record_stages=True)
         self._producer = self._make_producer(persistent, prefetch)
@@ -174,14 +191,43 @@ class Loader(LoaderBase):
         host = self._host_batches(plan, epoch, start)
         for b, batch in self._feed.batches(host):
             t0 = time.perf_counter()
-            if self.batch_transforms:
-                # After the transfer: uint8 crosses the bus, float math runs on the device.
-                batch["image"] = self.batch_transforms(batch["image"], epoch, b)
-            self._report(b, transform=time.perf_counter() - t0, **self._feed.take_stages(b))
+            stages = self._transform(batch, epoch, b)
+            # "transform": the photometric ops; each BatchStep is a stage of its own.
+            transform = time.perf_counter() - t0 - sum(stages.values())
+            self._report(b, transform=transform, **stages, **self._feed.take_stages(b))
             self._handed_out(b, len(plan))
             yield batch
         self._finish_empty(start, len(plan))
         self._report_skips()
+
+    def _transform(self, batch: dict[str, Any], epoch: int, b: int) -> dict[str, float]:
+        """Run the batch steps, after the transfer: uint8 crosses the bus, float math runs on
+        the device. Returns seconds per BatchStep by name."""
+        if not self._views:
+            return self._transform_view(batch, self.batch_transforms, epoch, b)
+        images, labels, stages = [], [], {}
+        for ops, view_images in zip(self.view_transforms, batch["image"], strict=True):
+            view = {"image": view_images, "label": batch["label"]}
+            for name, seconds in self._transform_view(view, ops, epoch, b).items():
+                stages[name] = stages.get(name, 0.0) + seconds
+            images.append(view["image"])
+            labels.append(view["label"])
+        batch["image"] = tuple(images)
+        if any(label is not batch["label"] for label in labels):  # each view mixed its own
+            batch["label"] = tuple(labels)
+        return stages
+
+    @staticmethod
+    def _transform_view(batch: dict[str, Any], ops: BatchTransforms, epoch: int,
+                        b: int) -> dict[str, float]:
+        if not ops:
+            return {}
+        if not ops.has_batch_steps:
+            batch["image"] = ops(batch["image"], epoch, b)
+            return {}
+        batch["image"], batch["label"], stages = ops.run(batch["image"], batch["label"], epoch,
+                                                         b)
+        return stages
 
     def _host_batches(self, plan: EpochPlan, epoch: int,
                       start: int) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -196,15 +242,13 @@ class Loader(LoaderBase):
 
     def _assemble(self, meta: dict[str, Any], slot: Any) -> dict[str, Any]:
         n = meta["count"]
-        h, w = self.spec.out_size
         if slot.dim() == 4:  # DALI hands over a finished tensor
-            images = slot
+            images: Any = slot.permute(0, 3, 1, 2)
         else:
-            # A view of the worker's buffer, in the dtype the workers wrote: no copy (the buffer
-            # is not reused while the batch lives).
-            dtype = TORCH_DTYPES.get(self.spec.pixel_dtype, torch.uint8)
-            images = slot[: self.spec.image_nbytes(n)].view(dtype).view(n, h, w, 3)
-        images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last memory
+            offsets = self.spec.view_offsets(meta.get("capacity", n))
+            images = tuple(_view_of(slot, view, offset, n)
+                           for view, offset in zip(self.spec.views, offsets, strict=True))
+            images = images if self._views else images[0]
         self.skipped.extend(meta["skipped"])
         batch: dict[str, Any] = {
             "image": images,
@@ -232,3 +276,25 @@ class Loader(LoaderBase):
         if feed is not None:  # copies still reading batch buffers finish before they go
             feed.close()
         super().close()
+
+
+def _view_pipelines(transform: Transform | None,
+                    views: tuple[Transform, ...] | None) -> list[Pipeline]:
+    if views is None:
+        return [as_pipeline(transform)]
+    if transform is not None:
+        raise ArgumentError("give transform= or views=, not both: with views, each view's "
+                            "transform is the whole pipeline for that view")
+    if isinstance(views, Transform) or not isinstance(views, tuple | list) or not views:
+        raise ArgumentError(f"views must be a tuple of one or more transforms (one per view), "
+                            f"got {views!r}")
+    return [as_pipeline(view) for view in views]
+
+
+def _view_of(slot: torch.Tensor, view: ViewSpec, offset: int, n: int) -> torch.Tensor:
+    """A view's images in the worker's buffer, in the dtype the workers wrote: no copy (the
+    buffer is not reused while the batch lives). NCHW shape, channels-last memory."""
+    h, w = view.out_size
+    dtype = TORCH_DTYPES.get(view.pixel_dtype, torch.uint8)
+    images = slot[offset: offset + view.nbytes(n)].view(dtype).view(n, h, w, 3)
+    return images.permute(0, 3, 1, 2)

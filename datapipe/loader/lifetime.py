@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from datapipe.system import mark_worker_process
+
 PARENT_POLL_SECONDS = 0.25
 _PR_SET_PDEATHSIG = 1
 # Signals whose handler a worker must not inherit. SIGINT is handled apart (ignored).
@@ -69,6 +71,7 @@ def signals_held() -> Iterator[None]:
 
 def become_worker(lifeline: Lifeline) -> None:
     """First thing in a forked worker: default signal handling, and death with the parent."""
+    mark_worker_process()
     for sig in _RESET:
         with contextlib.suppress(OSError, ValueError):
             signal.signal(sig, signal.SIG_DFL)

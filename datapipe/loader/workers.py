@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from datapipe.errors import DataError, DatapipeError
+from datapipe.errors import ArgumentError, DataError, DatapipeError
 from datapipe.loader.lifetime import Lifeline, become_worker, close_at_exit, closed, signals_held
 from datapipe.loader.slots import SlotTable, WorkerSlots, send_slot
 
@@ -58,6 +58,19 @@ class WorkerError(DatapipeError):
     """A worker failed or died; carries the worker's traceback."""
 
 
+class WorkerCause(Exception):
+    """What caused a user error in a worker, as its traceback text: the exception itself may
+    not survive pickling. Chained to the error raised in the loader's process."""
+
+
+def _portable(exc: DatapipeError) -> tuple[type[DatapipeError], str, str | None]:
+    """A user error as it crosses to the loader's process: its class, its one line, and its
+    cause's traceback."""
+    cause = exc.__cause__
+    text = "".join(traceback.format_exception(cause)) if cause is not None else None
+    return (ArgumentError if isinstance(exc, ArgumentError) else DataError), str(exc), text
+
+
 def _worker_main(worker_id: int, make_builder: Callable[[], BatchBuilder],
                  inherited: dict[int, Any], channel: socket.socket | None, tasks: Any,
                  results: Any, lifeline: Lifeline) -> None:
@@ -76,8 +89,8 @@ def _worker_main(worker_id: int, make_builder: Callable[[], BatchBuilder],
             builder = builder or make_builder()
             meta = builder.build(task, slots.view(ref))
             results.put((task.generation, task.batch_no, "ok", meta))
-        except DataError as exc:
-            results.put((task.generation, task.batch_no, "data-error", str(exc)))
+        except DatapipeError as exc:
+            results.put((task.generation, task.batch_no, "user-error", _portable(exc)))
         except BaseException:
             results.put((task.generation, task.batch_no, "error",
                          f"worker {worker_id} (pid {os.getpid()}) failed:\n"
@@ -170,8 +183,9 @@ class WorkerPool:
         slot_id = self._outstanding.pop(key)
         if status != "ok":
             self._slots.release(slot_id)
-            if status == "data-error":
-                raise DataError(payload)
+            if status == "user-error":
+                kind, message, cause = payload
+                raise kind(message) from (WorkerCause(cause) if cause else None)
             raise WorkerError(payload)
         return payload, self._slots.lease(slot_id)
 

@@ -13,17 +13,18 @@ def indices_of(batches: list[dict[str, Any]]) -> list[int]:
 
 
 def same_batch(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Equal keys, and equal values (tensors elementwise)."""
-    if a.keys() != b.keys():
-        return False
-    for key, value in a.items():
-        other = b[key]
-        if isinstance(value, torch.Tensor):
-            if value.shape != other.shape or not torch.equal(value, other):
-                return False
-        elif value != other:
-            return False
-    return True
+    """Equal keys, and equal values (tensors elementwise; a tuple of them, one per view)."""
+    return a.keys() == b.keys() and all(_same(value, b[key]) for key, value in a.items())
+
+
+def _same(value: Any, other: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return isinstance(other, torch.Tensor) and value.shape == other.shape and \
+            torch.equal(value, other)
+    if isinstance(value, tuple):
+        return isinstance(other, tuple) and len(value) == len(other) and \
+            all(_same(v, o) for v, o in zip(value, other, strict=True))
+    return value == other
 
 
 def check_resume_at_every_step(make_loader: Callable[[], Any], epoch: int = 0) -> None:

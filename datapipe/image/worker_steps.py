@@ -1,0 +1,109 @@
+"""One view of one sample into its place in the batch, in a worker: the steps after decode.
+
+Without sample steps the decoder writes into the batch buffer directly (through a `Normalize`'s
+table when the workers normalise): nothing is added to that path. With them, it decodes into a
+uint8 scratch image, runs the uint8 steps, normalises into float32 if a `Normalize` comes next,
+runs the float steps, and stores the result in the batch's dtype. Each step's output is checked
+on every sample (a few comparisons): a wrong one is refused by name before it reaches a batch.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from datapipe.errors import ArgumentError
+from datapipe.image.normalize import normalize_table
+from datapipe.image.placement import ViewSpec, sample_rng, step_name
+from datapipe.image.steps import PerSample
+from datapipe.image.transforms import Normalize, Transform
+
+_CHANNELS = np.arange(3)
+
+
+class StepFailed(Exception):
+    """A sample step raised: the builder names the sample and applies `on_error`."""
+
+    def __init__(self, step: Transform, error: BaseException) -> None:
+        super().__init__(f"{step_name(step)} failed: {type(error).__name__}: {error}")
+
+
+class ViewDecoder:
+    def __init__(self, view: ViewSpec, view_no: int, seed: int) -> None:
+        self.view, self.view_no, self.seed = view, view_no, seed
+        self.steps = view.worker_steps if view.sample_steps else ()
+        normalize = view.normalize
+        # The direct path writes the batch's dtype through the table; the stepped path
+        # normalises to float32 for the float steps and casts once at the end.
+        self.table = normalize_table(normalize) if normalize and not self.steps else None
+        if self.steps:
+            self.scratch = np.empty((*view.decode_size, 3), dtype=np.uint8)
+            if normalize is not None:
+                self.float_table = normalize_table(Normalize(normalize.mean, normalize.std))
+        self.step_seconds = {step_name(s): 0.0 for s in self.steps
+                             if not isinstance(s, Normalize)}
+
+    def decode_target(self, out: np.ndarray) -> np.ndarray:
+        """Where the decoder writes (through `self.table`): the batch row itself, or the
+        scratch image the steps start from."""
+        return self.scratch if self.steps else out
+
+    def finish(self, out: np.ndarray, epoch: int, index: int) -> None:
+        """Run the steps on the decoded scratch image into the batch row (none: nothing)."""
+        if self.steps:
+            _store(self.run_steps(self.scratch, epoch, index), out)
+
+    def run_steps(self, pixels: np.ndarray, epoch: int, index: int) -> np.ndarray:
+        for position, step in enumerate(self.steps):
+            if isinstance(step, Normalize):
+                pixels = self.float_table[_CHANNELS, pixels]
+                continue
+            started = time.perf_counter()
+            expected = _expected(step, pixels)
+            rng = sample_rng(self.seed, epoch, index, self.view_no, position)
+            try:
+                result = step.apply_sample(pixels, rng)
+            except Exception as exc:  # the user's code: any failure names the sample
+                raise StepFailed(step, exc) from exc
+            pixels = _checked(step, result, expected)
+            self.step_seconds[step_name(step)] += time.perf_counter() - started
+        return pixels
+
+    def take_step_seconds(self) -> dict[str, float]:
+        seconds = dict(self.step_seconds)
+        for name in self.step_seconds:
+            self.step_seconds[name] = 0.0
+        return seconds
+
+
+def _expected(step: Transform, pixels: np.ndarray) -> tuple[tuple[int, ...], np.dtype]:
+    if not isinstance(step, PerSample):  # the protocol: the input's shape and dtype
+        return pixels.shape, pixels.dtype
+    return ((*step.shape, 3) if step.shape else pixels.shape,
+            np.dtype(step.dtype) if step.dtype else pixels.dtype)
+
+
+def _checked(step: Transform, result: object,
+             expected: tuple[tuple[int, ...], np.dtype]) -> np.ndarray:
+    shape, dtype = expected
+    if isinstance(result, np.ndarray) and result.shape == shape and result.dtype == dtype:
+        return result
+    want = f"{'x'.join(map(str, shape))} {dtype}"  # made only for the message: 10 us a sample
+    if not isinstance(result, np.ndarray):
+        raise ArgumentError(f"{step_name(step)} returned {type(result).__name__}, not an array "
+                            f"of {want} pixels")
+    hint = " (declare it with shape= / dtype=)" if isinstance(step, PerSample) else ""
+    raise ArgumentError(f"{step_name(step)} returned {'x'.join(map(str, result.shape))} "
+                        f"{result.dtype} pixels; this loader expects {want} there{hint}")
+
+
+def _store(pixels: np.ndarray, out: np.ndarray) -> None:
+    """float32 or uint8 pixels into the batch's dtype (bfloat16 as its bits, rounded as torch
+    rounds, so the values equal the batch op's)."""
+    if out.dtype == np.uint16 and pixels.dtype == np.float32:
+        bits = torch.from_numpy(np.ascontiguousarray(pixels)).to(torch.bfloat16)
+        out[:] = bits.view(torch.int16).numpy().view(np.uint16)
+    else:
+        out[:] = pixels
