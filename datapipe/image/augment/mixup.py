@@ -79,7 +79,10 @@ class Mixup(BatchStep):
         targets = self._one_hot(labels, len(images), images.device)
         seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
         plan = self.plan(np.random.default_rng(seed), len(images), *images.shape[-2:])
-        _mix_images(images, plan)
+        if self.mode == "batch":
+            _mix_whole_batch(images, float(plan.lam[0]), bool(plan.cut[0]), plan.boxes[0])
+        else:
+            _mix_images(images, plan)
         lam = torch.from_numpy(plan.lam).to(images.device, torch.float32)[:, None]
         return images, targets * lam + targets.flip(0) * (1 - lam)
 
@@ -178,6 +181,18 @@ class Mixup(BatchStep):
 def _check(name: str, value: Any, ok: bool, what: str) -> None:
     if not ok:
         raise ArgumentError(f"Mixup {name} must be {what}, got {value!r}")
+
+
+def _mix_whole_batch(images: torch.Tensor, lam: float, cut: bool, box: np.ndarray) -> None:
+    """timm's `_mix_batch`: one lam for all; a cut copies only the partners' boxes."""
+    if lam == 1.0:
+        return
+    if cut:
+        yl, yh, xl, xh = (int(v) for v in box)
+        images[..., yl:yh, xl:xh] = images[..., yl:yh, xl:xh].flip(0)
+    else:
+        partner = images.flip(0)
+        images.mul_(lam).add_(partner, alpha=1.0 - lam)
 
 
 def _mix_images(images: torch.Tensor, plan: MixPlan) -> None:
