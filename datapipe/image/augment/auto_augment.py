@@ -68,7 +68,10 @@ def _fill(owner: str, value: Any) -> tuple[float, float, float]:
 @dataclass(frozen=True)
 class _Policy(SampleStep, BatchStep):
     needs_uint8: ClassVar[bool] = True
-    _draws: ClassVar[int]  # uniform numbers a plan takes per image
+
+    def _draws(self) -> int:
+        """How many uniform numbers a plan takes per image."""
+        raise NotImplementedError
 
     def _plan(self, uniforms: np.ndarray, height: int,
               width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +82,7 @@ class _Policy(SampleStep, BatchStep):
         if pixels.dtype != np.uint8 or pixels.ndim != 3 or pixels.shape[2] != 3:
             raise DataError(f"{type(self).__name__} takes H x W x 3 uint8 pixels, got "
                             f"{pixels.dtype} of shape {pixels.shape}")
-        ops, magnitudes = self._plan(rng.random((1, self._draws)), *pixels.shape[:2])
+        ops, magnitudes = self._plan(rng.random((1, self._draws())), *pixels.shape[:2])
         fill = tuple(int(v) for v in self.fill)
         for op, magnitude in zip(ops[0], magnitudes[0], strict=True):
             pixels = SAMPLE_OPS[op](pixels, float(magnitude), fill)
@@ -88,7 +91,7 @@ class _Policy(SampleStep, BatchStep):
     def apply_batch(self, images: torch.Tensor, labels: torch.Tensor | None,
                     generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Overwrites `images` where an op changes them."""
-        uniforms = torch.rand((len(images), self._draws), generator=generator,
+        uniforms = torch.rand((len(images), self._draws()), generator=generator,
                               dtype=torch.float64, device=generator.device).cpu().numpy()
         ops, magnitudes = self._plan(uniforms, *images.shape[-2:])
         fill = torch.tensor(self.fill, dtype=images.dtype).div_(255).to(images.device)
@@ -118,9 +121,8 @@ class RandAugment(_Policy):
         _whole("RandAugment", "magnitude", self.magnitude, 0, self.num_magnitude_bins - 1)
         object.__setattr__(self, "fill", _fill("RandAugment", self.fill))
 
-    @property
-    def _draws(self) -> int:  # type: ignore[override]
-        return 2 * self.num_ops
+    def _draws(self) -> int:
+        return 2 * self.num_ops  # per op: which op, and its sign
 
     def _plan(self, uniforms: np.ndarray, height: int,
               width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -137,11 +139,13 @@ class TrivialAugmentWide(_Policy):
 
     num_magnitude_bins: int = 31
     fill: float | tuple[float, float, float] = 0
-    _draws: ClassVar[int] = 3
 
     def __post_init__(self) -> None:
         _whole("TrivialAugmentWide", "num_magnitude_bins", self.num_magnitude_bins, 2)
         object.__setattr__(self, "fill", _fill("TrivialAugmentWide", self.fill))
+
+    def _draws(self) -> int:
+        return 3  # which op, which bin, its sign
 
     def _plan(self, uniforms: np.ndarray, height: int,
               width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -168,7 +172,6 @@ class AutoAugment(_Policy):
 
     policy: str = "imagenet"
     fill: float | tuple[float, float, float] = 0
-    _draws: ClassVar[int] = 5
 
     def __post_init__(self) -> None:
         policy = getattr(self.policy, "value", self.policy)  # torchvision's enum as well
@@ -177,6 +180,9 @@ class AutoAugment(_Policy):
                                 f"{self.policy!r}")
         object.__setattr__(self, "policy", policy)
         object.__setattr__(self, "fill", _fill("AutoAugment", self.fill))
+
+    def _draws(self) -> int:
+        return 5  # which sub-policy; per op: whether it applies, its sign
 
     def _plan(self, uniforms: np.ndarray, height: int,
               width: int) -> tuple[np.ndarray, np.ndarray]:

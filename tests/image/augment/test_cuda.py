@@ -13,7 +13,7 @@ from datapipe.image.augment import (
     RandomErasing,
     TrivialAugmentWide,
 )
-from tests.image.augment.conftest import as_batch, photo
+from tests.image.augment.samples import as_batch, photo
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

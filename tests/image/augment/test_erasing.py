@@ -12,7 +12,7 @@ import torch
 from datapipe.errors import ArgumentError, DataError
 from datapipe.image.augment import RandomErasing
 from datapipe.image.augment.erasing import _DRAWS
-from tests.image.augment.conftest import photo
+from tests.image.augment.samples import photo
 
 
 def normalised(height: int = 48, width: int = 64, seed: int = 0) -> np.ndarray:

@@ -13,7 +13,7 @@ import torch
 
 from datapipe.image.augment.ops_batch import BATCH_OPS, apply_layer
 from datapipe.image.augment.ops_sample import SAMPLE_OPS
-from tests.image.augment.conftest import as_batch, as_bytes, photo
+from tests.image.augment.samples import as_batch, as_bytes, photo
 
 E = kornia.enhance
 T = kornia.geometry.transform
@@ -58,7 +58,8 @@ GEOMETRIC = {
 
 
 @pytest.mark.parametrize("op", sorted(PHOTOMETRIC))
-def test_photometric_op_per_sample_is_kornia_within_a_byte(op: str, image: np.ndarray) -> None:
+def test_photometric_op_per_sample_is_kornia_within_a_byte(op: str) -> None:
+    image = photo()
     magnitude, reference = PHOTOMETRIC[op]
     ours = SAMPLE_OPS[op](image, magnitude, (0, 0, 0)).astype(np.float64)
     expected = as_bytes(reference(as_batch(image)))[0]
@@ -75,7 +76,8 @@ def test_photometric_op_batched_is_kornia(op: str) -> None:
 
 
 @pytest.mark.parametrize("op", sorted(GEOMETRIC))
-def test_geometric_op_both_paths_are_kornia(op: str, image: np.ndarray) -> None:
+def test_geometric_op_both_paths_are_kornia(op: str) -> None:
+    image = photo()
     magnitude, reference = GEOMETRIC[op]
     expected = reference(as_batch(image))
     batched = apply_layer(as_batch(image), np.array([op]), np.array([magnitude]),
@@ -89,7 +91,8 @@ def test_geometric_op_both_paths_are_kornia(op: str, image: np.ndarray) -> None:
 
 
 @pytest.mark.parametrize("op", sorted(GEOMETRIC))
-def test_geometric_ops_fill_what_leaves_the_image(op: str, image: np.ndarray) -> None:
+def test_geometric_ops_fill_what_leaves_the_image(op: str) -> None:
+    image = photo()
     magnitude = {"Rotate": 40.0}.get(op, GEOMETRIC[op][0] * 2)
     fill = (10, 200, 30)
     ours = SAMPLE_OPS[op](image, magnitude, fill)

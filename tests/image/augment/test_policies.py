@@ -15,7 +15,7 @@ from datapipe.image.augment.policies import (
     RAND_AUGMENT,
     TRIVIAL_AUGMENT_WIDE,
 )
-from tests.image.augment.conftest import as_batch, photo
+from tests.image.augment.samples import as_batch, photo
 
 # From torchvision/transforms/v2/_auto_augment.py (_AUGMENTATION_SPACE of each class):
 # op -> (magnitude of the first bin, of the last bin, signed); translations at 224 x 224.

@@ -1,7 +1,8 @@
+"""Test images for the augmentation steps."""
+
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 
@@ -23,8 +24,3 @@ def as_batch(*images: np.ndarray) -> torch.Tensor:
 def as_bytes(batch: torch.Tensor) -> np.ndarray:
     """Back to N x H x W x 3, in byte units (not rounded)."""
     return batch.permute(0, 2, 3, 1).mul(255).numpy().astype(np.float64)
-
-
-@pytest.fixture
-def image() -> np.ndarray:
-    return photo()
