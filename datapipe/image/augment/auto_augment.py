@@ -86,7 +86,8 @@ class _Policy(SampleStep, BatchStep):
         fill = tuple(int(v) for v in self.fill)
         for op, magnitude in zip(ops[0], magnitudes[0], strict=True):
             pixels = SAMPLE_OPS[op](pixels, float(magnitude), fill)
-        return pixels
+        # Pillow's results are read-only views of its bytes; a later step may write in place.
+        return pixels if pixels.flags.writeable else pixels.copy()
 
     def apply_batch(self, images: torch.Tensor, labels: torch.Tensor | None,
                     generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -141,6 +141,7 @@ def test_same_seed_same_pixels_on_both_paths(step) -> None:
     again = [step.apply_sample(image, np.random.default_rng(s)) for s in range(12)]
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
     assert len({a.tobytes() for a in first}) > 6  # the seeds draw different ops
+    assert all(a.flags.writeable for a in first)  # a later step may write in place
     assert np.array_equal(image, photo())  # the input is left as it was
 
     batch = [photo(seed=s) for s in range(12)]
