@@ -23,6 +23,8 @@ _LAZY = {"Loader": "datapipe.loader", "TokenLoader": "datapipe.loader",
          "merge_parts": "datapipe.format.parts",
          "PerSample": "datapipe.image.steps", "PerBatch": "datapipe.image.steps",
          "SampleStep": "datapipe.image.steps", "BatchStep": "datapipe.image.steps",
+         **dict.fromkeys(("RandAugment", "TrivialAugmentWide", "AutoAugment", "RandomErasing",
+                          "Mixup"), "datapipe.image.augment"),
          "image": "datapipe.image", "cli": "datapipe.cli", "profile": "datapipe.profiling"}
 
 
@@ -47,6 +49,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'datapipe' has no attribute {name!r}")
 
 
-__all__ = ["ArgumentError", "BatchStep", "DataError", "DatapipeError", "Dataset",
-           "DatasetWriter", "Loader", "Manifest", "PerBatch", "PerSample", "SampleStep",
-           "TokenLoader", "WorkerError", "__version__", "cli", "image", "merge_parts", "profile"]
+__all__ = ["ArgumentError", "AutoAugment", "BatchStep", "DataError", "DatapipeError", "Dataset",
+           "DatasetWriter", "Loader", "Manifest", "Mixup", "PerBatch", "PerSample",
+           "RandAugment", "RandomErasing", "SampleStep", "TokenLoader", "TrivialAugmentWide",
+           "WorkerError", "__version__", "cli", "image", "merge_parts", "profile"]

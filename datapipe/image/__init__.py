@@ -1,5 +1,12 @@
 """Image decode backends and transforms."""
 
+from datapipe.image.augment import (
+    AutoAugment,
+    Mixup,
+    RandAugment,
+    RandomErasing,
+    TrivialAugmentWide,
+)
 from datapipe.image.steps import BatchStep, PerBatch, PerSample, SampleStep
 from datapipe.image.transforms import (
     CenterCrop,
@@ -9,5 +16,6 @@ from datapipe.image.transforms import (
     RandomResizedCrop,
 )
 
-__all__ = ["BatchStep", "CenterCrop", "ColorJitter", "HorizontalFlip", "Normalize", "PerBatch",
-           "PerSample", "RandomResizedCrop", "SampleStep"]
+__all__ = ["AutoAugment", "BatchStep", "CenterCrop", "ColorJitter", "HorizontalFlip", "Mixup",
+           "Normalize", "PerBatch", "PerSample", "RandAugment", "RandomErasing",
+           "RandomResizedCrop", "SampleStep", "TrivialAugmentWide"]

@@ -26,7 +26,7 @@ def _importable(module: str) -> bool:
 
 def test_every_example_of_the_page_runs(tmp_path: Path) -> None:
     blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
-    assert len(blocks) == 7
+    assert len(blocks) == 11
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     for number, code in enumerate(blocks):
         needs = re.findall(r"^import (torchvision|kornia)", code, re.M)
