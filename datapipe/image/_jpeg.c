@@ -309,12 +309,55 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_RETURN_NONE;
 }
 
+/* map_into(pixels, table, out): H x W x 3 uint8 `pixels` through `table` into `out` (the
+   table's item size): the decoder's own output map, for pixels that steps changed after it. */
+static PyObject *map_into(PyObject *self, PyObject *args) {
+    PyObject *src_obj, *table_obj, *out_obj;
+    Py_buffer src, table = {0}, out;
+    struct output_map map;
+    if (!PyArg_ParseTuple(args, "OOO", &src_obj, &table_obj, &out_obj)) return NULL;
+    if (table_obj == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "map_into needs a table");
+        return NULL;
+    }
+    if (get_output_map(table_obj, &table, &map)) return NULL;
+    if (PyObject_GetBuffer(src_obj, &src, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)) {
+        PyBuffer_Release(&table);
+        return NULL;
+    }
+    if (src.ndim != 3 || src.shape[2] != 3 || src.itemsize != 1) {
+        PyBuffer_Release(&src);
+        PyBuffer_Release(&table);
+        PyErr_SetString(PyExc_ValueError, "pixels must be a C-contiguous H x W x 3 uint8 array");
+        return NULL;
+    }
+    if (get_output(out_obj, map.itemsize, &out)) {
+        PyBuffer_Release(&src);
+        PyBuffer_Release(&table);
+        return NULL;
+    }
+    if (out.shape[0] != src.shape[0] || out.shape[1] != src.shape[1]) {
+        PyErr_SetString(PyExc_ValueError, "out must have the pixels' height and width");
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        map_rgb(src.buf, (size_t)src.len, &map, out.buf);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&table);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"decode_region", decode_region, METH_VARARGS,
      "decode_region(data, x0, y0, w, h, scale_denom) -> (rgb, width, height, left, top)"},
     {"crop_into", (PyCFunction)(void (*)(void))crop_into, METH_VARARGS | METH_KEYWORDS,
      "crop_into(data, region, scale_denom, box, flip, out, path='auto', size=(0, 0), "
      "table=None) -> None"},
+    {"map_into", map_into, METH_VARARGS,
+     "map_into(pixels, table, out) -> None: each byte through the 3 x 256 table"},
     {"resample_paths", resample_paths, METH_NOARGS,
      "resample_paths() -> the resampler paths this build and CPU can run"},
     {NULL, NULL, 0, NULL}};

@@ -19,6 +19,7 @@ import numpy as np
 from PIL import Image
 
 from datapipe.errors import DataError
+from datapipe.image.normalize import apply_table
 
 try:  # the optional C extension: region decode and resample straight from libjpeg-turbo
     from datapipe.image._jpeg import crop_into, decode_region
@@ -100,15 +101,12 @@ def decode_into(payload: bytes, encoding: str, height: int, width: int,
     _store(np.asarray(resized), out, table)
 
 
-_CHANNELS = np.arange(3)
-
-
 def _store(pixels: np.ndarray, out: np.ndarray, table: np.ndarray | None) -> None:
     """uint8 H x W x 3 pixels into `out`, through `table` when there is one."""
     if table is None:
         out[:] = pixels
     else:
-        out[:] = table[_CHANNELS, pixels]
+        apply_table(np.ascontiguousarray(pixels), table, out)
 
 
 def _region_into(payload: bytes, width: int, height: int, box: tuple[int, int, int, int],

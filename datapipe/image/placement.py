@@ -12,8 +12,6 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass
 
-import numpy as np
-
 from datapipe.errors import ArgumentError
 from datapipe.image.normalize import NUMPY_DTYPES
 from datapipe.image.steps import PerSample, runs_per_batch, runs_per_sample
@@ -126,9 +124,3 @@ def check_picklable(worker: tuple[Transform, ...]) -> None:
                                 "module level (not a lambda or a local function), or pass "
                                 "num_workers=0") from None
 
-
-def sample_rng(seed: int, epoch: int, index: int, view: int,
-               position: int) -> np.random.Generator:
-    """A sample step's randomness: a function of the sample, not of the worker or the batch
-    it falls in, so a rerun and a resume give the same bits."""
-    return np.random.default_rng([seed, epoch, index, view, position, 0x5A3])

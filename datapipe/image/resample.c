@@ -1,4 +1,5 @@
 /* Antialiased bilinear box resampling, RGBX in, packed RGB out (see resample.h). */
+#include <limits.h>
 #include "resample.h"
 
 #include <math.h>
@@ -362,6 +363,18 @@ static void map_row16(const uint8_t *bytes, int row_bytes, const uint16_t *table
         out[x] = r[bytes[x]];
         out[x + 1] = g[bytes[x + 1]];
         out[x + 2] = b[bytes[x + 2]];
+    }
+}
+
+void map_rgb(const uint8_t *bytes, size_t count, const struct output_map *map, void *dst) {
+    /* In rows of at most INT_MAX / 3 * 3 bytes: the row mappers count in int. */
+    const size_t chunk = (size_t)(INT_MAX / 3) * 3;
+    for (size_t done = 0; done < count; done += chunk) {
+        int n = (int)(count - done < chunk ? count - done : chunk);
+        if (map->itemsize == 4)
+            map_row32(bytes + done, n, map->table, (uint32_t *)dst + done);
+        else
+            map_row16(bytes + done, n, map->table, (uint16_t *)dst + done);
     }
 }
 

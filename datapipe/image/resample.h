@@ -43,6 +43,10 @@ struct output_map {
  * mirrored left-right when `flip`, computed by `path` (RESAMPLE_AUTO: the fastest available),
  * each byte written as `map` says (NULL: bytes). Returns 0, or -1 when out of memory.
  */
+/* `count` bytes of packed RGB at `bytes` (a multiple of 3), each written to `dst` as `map`'s
+   table says (its table must be set). */
+void map_rgb(const uint8_t *bytes, size_t count, const struct output_map *map, void *dst);
+
 int resample_box_rgbx_to_rgb(const uint8_t *src, int src_w, int src_h, size_t src_stride,
                              double x0, double y0, double x1, double y1, int flip,
                              void *dst, int out_w, int out_h, int path,

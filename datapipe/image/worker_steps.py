@@ -15,12 +15,11 @@ import numpy as np
 import torch
 
 from datapipe.errors import ArgumentError
-from datapipe.image.normalize import normalize_table
-from datapipe.image.placement import ViewSpec, sample_rng, step_name
+from datapipe.image.normalize import apply_table, normalize_table
+from datapipe.image.placement import ViewSpec, step_name
+from datapipe.image.sample_random import SampleGenerators
 from datapipe.image.steps import PerSample
 from datapipe.image.transforms import Normalize, Transform
-
-_CHANNELS = np.arange(3)
 
 
 class StepFailed(Exception):
@@ -33,6 +32,7 @@ class StepFailed(Exception):
 class ViewDecoder:
     def __init__(self, view: ViewSpec, view_no: int, seed: int) -> None:
         self.view, self.view_no, self.seed = view, view_no, seed
+        self.generators = SampleGenerators(seed)
         self.steps = view.worker_steps if view.sample_steps else ()
         normalize = view.normalize
         # The direct path writes the batch's dtype through the table; the stepped path
@@ -42,6 +42,10 @@ class ViewDecoder:
             self.scratch = np.empty((*view.decode_size, 3), dtype=np.uint8)
             if normalize is not None:
                 self.float_table = normalize_table(Normalize(normalize.mean, normalize.std))
+        # A Normalize that ends the worker steps maps straight into the batch row, in its
+        # dtype: the table is the batch op's arithmetic, so the values are the same.
+        self.final_table = normalize_table(normalize) \
+            if self.steps and isinstance(self.steps[-1], Normalize) else None
         self.step_seconds = {step_name(s): 0.0 for s in self.steps
                              if not isinstance(s, Normalize)}
 
@@ -52,17 +56,24 @@ class ViewDecoder:
 
     def finish(self, out: np.ndarray, epoch: int, index: int) -> None:
         """Run the steps on the decoded scratch image into the batch row (none: nothing)."""
-        if self.steps:
+        if self.final_table is not None:
+            pixels = self.run_steps(self.scratch, epoch, index, len(self.steps) - 1)
+            apply_table(np.ascontiguousarray(pixels), self.final_table, out)
+        elif self.steps:
             _store(self.run_steps(self.scratch, epoch, index), out)
 
-    def run_steps(self, pixels: np.ndarray, epoch: int, index: int) -> np.ndarray:
-        for position, step in enumerate(self.steps):
+    def run_steps(self, pixels: np.ndarray, epoch: int, index: int,
+                  count: int | None = None) -> np.ndarray:
+        """The first `count` steps (all by default) on `pixels`."""
+        for position, step in enumerate(self.steps[:count]):
             if isinstance(step, Normalize):
-                pixels = self.float_table[_CHANNELS, pixels]
+                normalized = np.empty(pixels.shape, np.float32)
+                apply_table(np.ascontiguousarray(pixels), self.float_table, normalized)
+                pixels = normalized
                 continue
             started = time.perf_counter()
             expected = _expected(step, pixels)
-            rng = sample_rng(self.seed, epoch, index, self.view_no, position)
+            rng = self.generators.for_sample(epoch, index, self.view_no, position)
             try:
                 result = step.apply_sample(pixels, rng)
             except Exception as exc:  # the user's code: any failure names the sample
