@@ -255,7 +255,8 @@ def _whole_batches_quota(part: Part, batch_size: int) -> list[int]:
 
 def _fill(sources: np.ndarray, pools: Sequence[np.ndarray], offsets: np.ndarray) -> np.ndarray:
     """Combined ids: the k-th place of source s (in order) takes pools[s][k]."""
-    by_source = np.argsort(sources, kind="stable")  # a radix sort of small ints
     ids = np.empty(len(sources), dtype=np.int64)
-    ids[by_source] = np.concatenate([offsets[s] + p for s, p in enumerate(pools)])
+    for s, pool in enumerate(pools):
+        # One pass per source, in place order: faster than scattering by a sort of sources.
+        ids[sources == s] = pool + offsets[s]
     return ids

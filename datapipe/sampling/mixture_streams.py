@@ -16,18 +16,25 @@ import numpy as np
 _BLOCK_SAMPLES = 1 << 16
 
 
-def stream_slice(size: int, seed: int, source: int, start: int, count: int,
-                 shuffle: bool) -> np.ndarray:
+def stream_slice(size: int, seed: int, source: int, start: int, count: int, shuffle: bool,
+                 cache: dict[tuple[int, int], np.ndarray] | None = None) -> np.ndarray:
     """Entries start .. start + count - 1 of source `source`'s stream: its permutations back to
     back, permutation c a pure function of (seed, source, c). Whatever the slicing, every sample
     comes once per permutation: up-sampling sees all of a source before any sample repeats,
-    and consecutive slices of a down-sampled source walk through all of it."""
+    and consecutive slices of a down-sampled source walk through all of it. (`cache`: blocks
+    of permutations kept for the caller's next slices of the same streams.)"""
     if count <= 0:
         return np.zeros(0, dtype=np.int64)
     first, last = start // size, (start + count - 1) // size
     if shuffle:
-        perms = np.concatenate([_permutation(size, seed, source, c) for c in
-                                _block_starts(size, first, last)])
+        blocks = []
+        for c in _block_starts(size, first, last):
+            if cache is None or (source, c) not in cache:
+                block = _permutation(size, seed, source, c)
+                if cache is not None:
+                    cache[source, c] = block
+            blocks.append(block if cache is None else cache[source, c])
+        perms = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
         base = _block_starts(size, first, last)[0]
     else:
         perms, base = np.tile(np.arange(size, dtype=np.int64), last - first + 1), first

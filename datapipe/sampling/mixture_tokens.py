@@ -86,16 +86,17 @@ class TokenMixture:
         size = sum(self._sizes()) if self.epoch_size is None else self.epoch_size
         return apportion(size, self.weights.shares)
 
-    def stream_position(self, source: int, epoch: int) -> tuple[int, int]:
+    def stream_position(self, source: int, epoch: int,
+                        cache: dict | None = None) -> tuple[int, int]:
         """(documents, tokens) of source's stream that the epochs before `epoch` drew."""
         lengths = self.lengths[source].astype(np.int64)
         mark = epoch * self.quota[source]
         if not self.by_tokens:
-            return mark, _tokens_up_to(self, source, mark)
+            return mark, _tokens_up_to(self, source, mark, cache)
         # The first document that begins at or after `mark` tokens of the stream.
         total, n = int(lengths.sum()), len(lengths)
         cycle, into = divmod(mark, total)
-        perm = stream_slice(n, self.seed, source, cycle * n, n, self.shuffle)
+        perm = stream_slice(n, self.seed, source, cycle * n, n, self.shuffle, cache)
         begins = np.cumsum(lengths[perm]) - lengths[perm]
         first = int(np.searchsorted(begins, into, side="left"))
         tokens = cycle * total + (int(begins[first]) if first < n else total)
@@ -104,10 +105,12 @@ class TokenMixture:
     def epoch(self, epoch: int) -> MixtureDocuments:
         """The documents of epoch `epoch`, interleaved by token (or document) deficit."""
         keys, sources, locals_, lengths = [], [], [], []
-        before = [self.stream_position(s, epoch) for s in range(len(self.lengths))]
-        after = [self.stream_position(s, epoch + 1) for s in range(len(self.lengths))]
+        cache: dict = {}  # each permutation made once, for both ends and the slice
+        before = [self.stream_position(s, epoch, cache) for s in range(len(self.lengths))]
+        after = [self.stream_position(s, epoch + 1, cache) for s in range(len(self.lengths))]
         for s, ((lo, _), (hi, _)) in enumerate(zip(before, after, strict=True)):
-            local = stream_slice(len(self.lengths[s]), self.seed, s, lo, hi - lo, self.shuffle)
+            local = stream_slice(len(self.lengths[s]), self.seed, s, lo, hi - lo, self.shuffle,
+                                 cache)
             size = self.lengths[s][local].astype(np.int64)
             amount = size if self.by_tokens else np.ones(len(size), dtype=np.int64)
             midpoint = np.cumsum(amount) - amount / 2
@@ -122,12 +125,13 @@ class TokenMixture:
                                 np.array([t for _, t in before], dtype=np.int64))
 
 
-def _tokens_up_to(mixture: TokenMixture, source: int, documents: int) -> int:
+def _tokens_up_to(mixture: TokenMixture, source: int, documents: int,
+                  cache: dict | None) -> int:
     """Tokens in the first `documents` entries of a source's stream."""
     lengths = mixture.lengths[source].astype(np.int64)
     cycle, into = divmod(documents, len(lengths))
     head = stream_slice(len(lengths), mixture.seed, source, cycle * len(lengths), into,
-                        mixture.shuffle)
+                        mixture.shuffle, cache)
     return cycle * int(lengths.sum()) + int(lengths[head].sum())
 
 
