@@ -7,7 +7,8 @@ stopped. The epoch's global order is laid out for the strided rank shares of sam
 rank r's j-th sample is place r + j * W, so rank r's batch b is one *group* of places, and each
 group is given its sources' counts directly: every batch of `batch_size` holds source s within
 one sample of share_s * batch_size. The last step's batches (shorter, when the epoch does not
-fill it) share what the epoch's quota leaves, evenly spread over them.
+fill it) share what the epoch's quota leaves, each within one sample of its share where that
+is possible, else within two.
 
 Phases: the counts of a batch follow the weights in force at its global step (epoch *
 steps per epoch + batch). The epochs before, and so each stream's position, are summed
@@ -222,7 +223,9 @@ def _place_sources(parts: list[Part], world_size: int, batch_size: int, n: int) 
                 steps, world_size, batch_size).transpose(0, 2, 1).ravel()
         if part.tail:
             left = np.asarray(part.quota) - (full.sum(axis=0) if part.units else 0)
-            sources[_tail_places(n, world_size, batch_size)] = even_merge(left)
+            places = _tail_places(n, world_size, batch_size)
+            sizes = np.bincount(places % world_size, minlength=world_size)
+            sources[places] = _short_step_sources(sizes, part.shares, left)
     return sources
 
 
@@ -251,6 +254,27 @@ def _whole_batches_quota(part: Part, batch_size: int) -> list[int]:
     if over:
         raise AssertionError(f"no room for {over} samples of part {part}")
     return quota
+
+
+def _short_step_sources(sizes: np.ndarray, shares: tuple[Fraction, ...],
+                        left: np.ndarray) -> np.ndarray:
+    """The sources of the last step's batches (of `sizes`, rank by rank) from what the
+    epoch's quota left: each batch its floors, and its places beyond them to the sources with
+    the most extra places still owed (Ryser's greedy, which finds a way for every batch to hold
+    its floor or one more whenever there is one). Where the quota leaves none, the whole step
+    is spread evenly instead (each batch then within two samples)."""
+    floors = np.array([[int(n * s) for s in shares] for n in sizes.tolist()], dtype=np.int64)
+    owed = left - floors.sum(axis=0)
+    if owed.min() < 0 or owed.max() > len(sizes):
+        return even_merge(left)
+    counts = floors.copy()
+    for rank, extra in enumerate((sizes - floors.sum(axis=1)).tolist()):
+        most = np.argsort(-owed, kind="stable")[:extra]
+        if extra and owed[most].min() <= 0:
+            return even_merge(left)
+        counts[rank, most] += 1
+        owed[most] -= 1
+    return np.repeat(np.tile(np.arange(len(shares)), len(sizes)), counts.ravel())
 
 
 def _fill(sources: np.ndarray, pools: Sequence[np.ndarray], offsets: np.ndarray) -> np.ndarray:
