@@ -76,6 +76,12 @@ class Mixture:
         """Combined id of each source's first sample: source s's sample i is offsets[s] + i."""
         return np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
 
+    def identity(self) -> dict[str, object]:
+        """What a state saved over this mixture must match (with the sources' manifests):
+        another entry in a loader's identity, so a refusal names what changed."""
+        return {"mixture_sizes": list(self.sizes), "weights": self.schedule.to_json(),
+                "epoch_size": self.samples}
+
     def steps(self, world_size: int) -> int:
         """Batches every rank runs in an epoch (what the epoch's global steps count)."""
         return _batches_per_rank(self.samples, world_size, self.batch_size, self.drop_last)

@@ -72,6 +72,12 @@ class TokenMixture:
             raise ArgumentError(f"epoch_size must be >= 1 {self.weight_by}, got "
                                 f"{self.epoch_size}")
 
+    def identity(self) -> dict[str, object]:
+        """What a state saved over this mixture must match (see Mixture.identity)."""
+        return {"weights": list(self.weights.values), "weight_by": self.weight_by,
+                "epoch_size": sum(self._sizes()) if self.epoch_size is None
+                else self.epoch_size}
+
     @property
     def by_tokens(self) -> bool:
         return self.weight_by == "tokens"

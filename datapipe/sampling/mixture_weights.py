@@ -136,6 +136,10 @@ class WeightSchedule:
     def constant(cls, weights: MixtureWeights) -> WeightSchedule:
         return cls((Phase(0, weights),))
 
+    def to_json(self) -> list[list]:
+        """[[start_step, [weights]], ...]: what a loader's state names, to refuse another."""
+        return [[p.start_step, list(p.weights.values)] for p in self.phases]
+
     def spans(self, first_step: int, steps: int) -> list[tuple[int, int, MixtureWeights]]:
         """The phases over steps first_step .. first_step + steps - 1, as (begin, end,
         weights) with begin/end counted from first_step; only the non-empty ones."""

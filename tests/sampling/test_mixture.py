@@ -303,3 +303,12 @@ def test_shares_are_never_rounded_through_floats() -> None:
     for *_, source, _ in batches(mix.start(0), 3):
         assert list(np.bincount(source, minlength=3)) == [1, 2, 7]
     assert math.isclose(sum(mix.totals(0, 3)), 300)
+
+
+def test_the_identity_names_what_a_saved_state_must_match() -> None:
+    a = mixture((10, 5), [(0, [3, 1]), (40, [1, 1])], 4).identity()
+    assert a == {"mixture_sizes": [10, 5], "weights": [[0, [3, 1]], [40, [1, 1]]],
+                 "epoch_size": 15}
+    assert mixture((10, 5), [(0, [3, 1]), (40, [1, 2])], 4).identity() != a
+    assert mixture((10, 5), [(0, [3, 1]), (40, [1, 1])], 4, 16).identity() != a
+    assert mixture((10, 6), [(0, [3, 1]), (40, [1, 1])], 4, 15).identity() != a

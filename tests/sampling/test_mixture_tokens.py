@@ -194,3 +194,11 @@ def test_bad_settings_are_refused_in_one_line(kw: dict, message: str) -> None:
             **kw}
     with pytest.raises(ArgumentError, match=message):
         TokenMixture(**args)
+
+
+def test_the_identity_names_what_a_saved_state_must_match() -> None:
+    mix = token_mixture((5, 3), (2, 1), 10, seed=1)
+    assert mix.identity() == {"weights": [2, 1], "weight_by": "tokens",
+                              "epoch_size": int(sum(n.sum() for n in mix.lengths))}
+    assert token_mixture((5, 3), (2, 1), 10, seed=1, weight_by="documents").identity() == {
+        "weights": [2, 1], "weight_by": "documents", "epoch_size": 8}
