@@ -181,13 +181,25 @@ class MixtureRemainder:
         rest = SampleRemainder(self.order(world_size), m.batch_size, m.drop_last, m.shuffle)
         return rest.rank_plan(rank, world_size)
 
+    def drawn_table(self, world_size: int) -> np.ndarray:
+        """Row k: samples of each source that all ranks drew in their first k batches of this
+        remainder (padding, a repeat, not counted). Made once with a plan, it makes a loader's
+        progress a lookup."""
+        m = self.mixture
+        source, _ = split_ids(self.order(world_size), m.offsets)
+        steps = self.batches_per_rank(world_size)
+        step = np.arange(len(source)) // (m.batch_size * world_size)
+        keep = step < steps  # drop_last: the short step is never drawn
+        per_step = np.bincount(step[keep] * len(m.sizes) + source[keep],
+                               minlength=steps * len(m.sizes)).reshape(steps, len(m.sizes))
+        table = np.zeros((steps + 1, len(m.sizes)), dtype=np.int64)
+        np.cumsum(per_step, axis=0, out=table[1:])
+        return table
+
     def drawn(self, world_size: int, batches_done: int) -> np.ndarray:
-        """Samples of each source that all ranks drew in their first `batches_done` batches
-        of this remainder (padding, a repeat, not counted)."""
-        order = self.order(world_size)
-        drawn = drawn_prefix(len(order), world_size, batches_done, self.mixture.batch_size)
-        source, _ = split_ids(order[:drawn], self.mixture.offsets)
-        return np.bincount(source, minlength=len(self.mixture.sizes)).astype(np.int64)
+        """Samples of each source that all ranks drew in their first `batches_done` batches."""
+        table = self.drawn_table(world_size)
+        return table[min(batches_done, len(table) - 1)]
 
 
 def drawn_in_epoch(start: MixtureRemainder, lineage: Sequence[Segment], world_size: int,

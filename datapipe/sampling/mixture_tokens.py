@@ -141,15 +141,31 @@ def _tokens_up_to(mixture: TokenMixture, source: int, documents: int,
     return cycle * int(lengths.sum()) + int(lengths[head].sum())
 
 
+def drawn_table(plan: TokenPlan, source: np.ndarray,
+                sources: int) -> tuple[np.ndarray, np.ndarray]:
+    """(documents, tokens) of each source in the first k batches of a global plan, row k
+    (`source`: per document of the epoch). A document counts once, with its first piece.
+    Made once with a plan, it makes a loader's progress a lookup."""
+    batch_of_row = np.repeat(np.arange(len(plan)), np.diff(plan.batch_offsets))
+    batch = np.repeat(batch_of_row, np.diff(plan.row_offsets))  # per segment
+    at = batch * sources + source[plan.doc]
+    cells = len(plan) * sources
+    tokens = np.bincount(at, weights=plan.end - plan.start, minlength=cells)
+    documents = np.bincount(at[plan.start == 0], minlength=cells)
+    out = []
+    for per_batch in (documents, tokens):
+        table = np.zeros((len(plan) + 1, sources), dtype=np.int64)
+        np.cumsum(per_batch.reshape(len(plan), sources).astype(np.int64), axis=0,
+                  out=table[1:])
+        out.append(table)
+    return out[0], out[1]
+
+
 def drawn_in_plan(plan: TokenPlan, batches: int, source: np.ndarray,
                   sources: int) -> tuple[np.ndarray, np.ndarray]:
-    """(documents, tokens) of each source in the first `batches` batches of a global plan
-    (`source`: per document of the epoch). A document counts once, with its first piece."""
-    end = plan.row_offsets[plan.batch_offsets[batches]]
-    doc, start, stop = plan.doc[:end], plan.start[:end], plan.end[:end]
-    tokens = np.bincount(source[doc], weights=stop - start, minlength=sources)
-    documents = np.bincount(source[doc[start == 0]], minlength=sources)
-    return documents.astype(np.int64), tokens.astype(np.int64)
+    """(documents, tokens) of each source in the first `batches` batches of a global plan."""
+    documents, tokens = drawn_table(plan, source, sources)
+    return documents[batches], tokens[batches]
 
 
 def drawn_in_token_epoch(start: TokenRemainder, lineage: Sequence[Segment], world_size: int,

@@ -218,8 +218,9 @@ def test_streams_stand_where_the_epochs_before_left_them_across_phases() -> None
 # --- accounting and resume ------------------------------------------------------------------
 
 
-def test_samples_drawn_per_source_are_counted_without_replay() -> None:
-    mix = mixture((30, 12, 5), (4, 2, 1), 3, 40)
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_samples_drawn_per_source_are_counted_without_replay(drop_last: bool) -> None:
+    mix = mixture((30, 12, 5), (4, 2, 1), 3, 40, drop_last=drop_last)
     start = mix.start(1)
     for world in (1, 2, 3):
         for done in range(start.batches_per_rank(world) + 1):
