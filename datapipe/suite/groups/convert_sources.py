@@ -7,7 +7,6 @@ own pipeline and write with its ShardWriter."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.suite.fixtures import PIECES, list_photos
-from datapipe.suite.groups.fidelity import QUALITY, SHORT_SIDE
+from datapipe.suite.isolated.reencode import plain_transform
 from datapipe.suite.runner import Record
 
 SHARD_BYTES = 256 << 20
@@ -59,19 +58,6 @@ def make_parquet(src: Path, out: Path, workers: int) -> None:
 
 
 # ---------------------------------------------------------------- what a peer's user writes
-
-
-def plain_transform(payload: bytes, label: int) -> dict[str, Any]:
-    """One photo the straightforward way: full decode, orient, RGB, resize, re-encode."""
-    from PIL import Image, ImageOps
-
-    with Image.open(io.BytesIO(payload)) as opened:
-        image = ImageOps.exif_transpose(opened).convert("RGB")
-    scale = SHORT_SIDE / min(image.size)
-    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-    buffer = io.BytesIO()
-    image.resize(size, Image.Resampling.BICUBIC).save(buffer, "JPEG", quality=QUALITY)
-    return {"image": buffer.getvalue(), "label": label}
 
 
 def tar_samples(tar: str) -> Iterator[dict[str, Any]]:
