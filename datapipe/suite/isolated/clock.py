@@ -93,17 +93,25 @@ def measure(batches: Iterator[tuple[int, Any]], job: Any, crop: int,
 def measure_one(job_json: str, result_file: Path, modules: tuple[str, ...],
                 batches: Callable[[Any], Iterator[tuple[int, Any]]], dtype: str = "uint8") -> None:
     """One run of a tool in a venv of its own, in this fresh process: `modules` imported (not
-    clocked), then batches(job) measured; the record, or {"error": one line} should the tool
-    fail (the traceback goes to the log), is written to result_file as JSON. The job (JSON)
-    has the fields measure() reads, and crop."""
+    clocked), then batches(job) measured, the record written as write_result does. The job
+    (JSON) has the fields measure() reads, and crop."""
     fields = json.loads(job_json)
     job = SimpleNamespace(**fields, total_epochs=fields["warmup"] + fields["epochs"])
-    try:
+
+    def run() -> dict[str, Any]:
         start = time.perf_counter()
         for module in modules:
             importlib.import_module(module)
         import_s = time.perf_counter() - start
-        result = {**measure(batches(job), job, job.crop, dtype), "import_s": import_s}
+        return {**measure(batches(job), job, job.crop, dtype), "import_s": import_s}
+    write_result(result_file, run)
+
+
+def write_result(result_file: Path, run: Callable[[], dict[str, Any]]) -> None:
+    """run()'s record to result_file as JSON; should the tool fail, {"error": one line}
+    instead (the traceback goes to the log), so that the table can say what went wrong."""
+    try:
+        result = run()
     except Exception as exc:  # the tool's own failure: one line for the table, the log has all
         traceback.print_exc()
         result = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
