@@ -72,6 +72,7 @@ def fake_result(litdata_s: float, litdata_items: int = 100,
                 "webdataset-tars": Outcome("skipped"),
                 "mds-tars": Outcome("ok", [fake_run(100, 2.0)]),
                 "mds-parquet": Outcome("not installed (run bash tools/setup_vision.sh)"),
+                "mds-writer": Outcome("skipped"),
                 "datapipe-writer": Outcome("ok", [{**fake_run(50, 1.0), "rate": 700.0}]),
                 "disk": Outcome("ok", [{**fake_run(50, 1.0), "rate": 1000.0}])}
     psnr = {"median_db": 34.6, "images": 4, "wrong_size": 0}

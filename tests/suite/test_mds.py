@@ -30,8 +30,8 @@ def test_without_the_vision_venv_mdswriter_says_how_to_make_it(
                    skip=ONLY_MDS)
     assert run(opts) == 0
     outcomes = json.loads((tmp_path / "out" / "convert.json").read_text())["outcomes"]
-    assert outcomes["mds-tars"] == outcomes["mds-parquet"] == {"status": NOT_INSTALLED,
-                                                               "runs": []}
+    for name in convert.MDS_PEERS:
+        assert outcomes[name] == {"status": NOT_INSTALLED, "runs": []}, name
     report = (tmp_path / "out" / "convert.md").read_text()
     assert "MDSWriter" in report and NOT_INSTALLED in report
     assert not (tmp_path / "data" / "forms").exists()  # no tars made for a missing tool
@@ -65,3 +65,14 @@ def test_mdswriter_converts_every_photo_of_the_source(tmp_path: Path, source: st
     samples = json.loads(proc.stdout.strip().splitlines()[-1])
     assert sorted(label for _, label in samples) == [0] * (PHOTOS // 2) + [1] * (PHOTOS // 2)
     assert all(size > 1000 for size, _ in samples)  # re-encoded JPEGs, shorter side 256
+
+
+@needs_vision
+def test_mdswriter_writes_the_encoded_samples_of_the_writer_row(tmp_path: Path) -> None:
+    out, run_dir = tmp_path / "mds", tmp_path / "run"
+    run_dir.mkdir()
+    record = vision.run_isolated(convert.MDS_CHILD, {
+        "src": "", "out": str(out), "workers": 2, "source": "writer", "megabytes": 4,
+        "shard_bytes": convert.SHARD_BYTES}, run_dir)
+    assert record["items"] == 20 and record["bytes"] == 4_000_000 and record["rate"] > 0
+    assert sum(p.stat().st_size for p in out.iterdir()) > 4_000_000  # samples + index

@@ -40,7 +40,7 @@ PIECES_LINE = (f"{fixtures.PIECES} WebDataset tars (jpg + cls) and {held.PARQUET
                "Hugging Face Parquet files (image struct of bytes and path, label)")
 PSNR_GAP_DB = 0.5  # datapipe's images: median PSNR within this of a full decode's
 SAME_TOKENS = {"datasets": "datapipe-text-wordpiece"}  # peer: datapipe with its tokenizer
-MDS_PEERS = ("mds-tars", "mds-parquet")
+MDS_PEERS = ("mds-tars", "mds-parquet", "mds-writer")
 MDS_CHILD = Path(mds_run.__file__)
 
 
@@ -162,6 +162,8 @@ class ConvertGroup(Group):
         Peer("datapipe-writer", "datapipe DatasetWriter, encoded samples",
              writer_peers.datapipe_writer, ("datapipe",), ours=True, tag="writer"),
         Peer("disk", "the disk: sequential write + fsync", writer_peers.disk, reference=True,
+             tag="writer"),
+        Peer("mds-writer", "Streaming MDSWriter, encoded samples (.venv-vision)", None,
              tag="writer"),
         peer("datapipe-text-bytes", "datapipe convert_text (bytes)", "text",
              functools.partial(datapipe_text, wordpiece=False), *TEXT_MODULES, ours=True),
