@@ -11,7 +11,6 @@ epochs, then measured ones, clocked by isolated/clock.py.
 
 from __future__ import annotations
 
-import functools
 import importlib
 from dataclasses import asdict
 from pathlib import Path
@@ -45,16 +44,13 @@ IN_VISION_VENV = ("torch", "datapipe-user")
 
 
 def loader_run(transform: Any, *modules: str) -> Any:
-    """A datapipe peer's measure: its modules imported (not clocked), then its batches."""
+    """A datapipe peer's measure: its modules imported (not clocked), then its batches with
+    transform(number of classes)."""
     def run(job: Job) -> Record:
         _, import_s = timed(lambda: [importlib.import_module(m) for m in modules])
         batches = recipe_batches(job, transform(job.classes))
         return {**clock.measure(batches, job, CROP, "float32"), "import_s": import_s}
     return run
-
-
-def _plain(classes: int, noop: bool) -> Any:
-    return plain(noop)
 
 
 class RecipeGroup(Group):
@@ -71,10 +67,10 @@ class RecipeGroup(Group):
                                           "torchvision.transforms.v2", "timm.data"),
              ours=True, tag="recipe"),
         Peer("datapipe-plain", "datapipe Loader, plain: crop, flip, Normalize",
-             loader_run(functools.partial(_plain, noop=False), "datapipe.loader"), ours=True,
+             loader_run(lambda _: plain(noop=False), "datapipe.loader"), ours=True,
              tag="recipe"),
         Peer("datapipe-noop", "datapipe Loader, plain + PerSample(a function doing nothing)",
-             loader_run(functools.partial(_plain, noop=True), "datapipe.loader"), ours=True,
+             loader_run(lambda _: plain(noop=True), "datapipe.loader"), ours=True,
              tag="recipe"),
     )
 
