@@ -6,7 +6,7 @@ lacks say which."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -125,3 +125,16 @@ def test_goals_compare_the_medians() -> None:
                      "datapipe-user ≥ 1.3× torch: not measured (skipped: x)",
                      "A per-sample function doing nothing costs 10.0% of the plain pipeline's "
                      "images/s (goal ≤ 5%: NOT met)"]
+
+
+@needs_vision
+def test_datapipe_runs_in_the_vision_venv_from_its_packages_alone(
+        smoke: tuple, tmp_path: Path) -> None:
+    """The mechanism of the datapipe-user row (torchvision in datapipe's workers), shown with
+    the plain pipeline: only datapipe's packages join the venv's path."""
+    data, _, _ = smoke
+    peer = next(p for p in recipe.GROUP.peers if p.name == "datapipe-plain")
+    job = recipe.GROUP.job(peer, data["meta"], None, tmp_path)
+    record = vision.run_datapipe("recipe", peer, asdict(job), tmp_path)
+    assert record["rate"] > 0 and record["epoch_images"] == [64]
+    assert sorted(p.name for p in (tmp_path / "code").iterdir()) == ["datapipe", "preprocess"]

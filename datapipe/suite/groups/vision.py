@@ -40,14 +40,25 @@ def run_isolated(script: Path, job: dict[str, Any], run_dir: Path) -> Record:
 
 def run_datapipe(group: str, peer: Peer, job: dict[str, Any], run_dir: Path) -> Record:
     """One run of datapipe's own suite child (`python -m datapipe.suite.child`) in a fresh
-    process of the venv, with the checkout datapipe runs from importable there (and a
-    --before peer's own checkout, which the child then loads instead)."""
+    process of the venv, with the datapipe running now importable there (and a --before
+    peer's own checkout, which the child then loads instead)."""
     argv = ["-m", "datapipe.suite.child", group, peer.name, json.dumps(job),
             str(run_dir / "result.json")]
     return run_child(argv, run_dir / "result.json", run_dir / "log.txt",
-                     {**isolated_env(), "PYTHONPATH": str(CHECKOUT),
+                     {**isolated_env(), "PYTHONPATH": str(packages_only(run_dir / "code")),
                       **({CODE_ENV: peer.code} if peer.code else {})},
                      python=str(VENV.python()))
+
+
+def packages_only(folder: Path) -> Path:
+    """`folder`, holding links to the datapipe and preprocess packages running now and
+    nothing else: where those sit in an installed wheel's site-packages, putting that on the
+    venv's path would bring this environment's torch in with them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for package in ("datapipe", "preprocess"):
+        if not (folder / package).exists():
+            (folder / package).symlink_to(CHECKOUT / package, target_is_directory=True)
+    return folder
 
 
 def versions() -> dict[str, str | None]:
