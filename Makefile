@@ -20,11 +20,13 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 # Every peer side by side (images, text, convert, gpu): bench-results/suite.md, .json, *.png.
-# FFCV, a peer of the images suite, needs its own venv and Debian packages (root); without them
-# the suite lists it as not installed and runs the rest.
+# FFCV, a peer of the images suite, needs its own venv and Debian packages (root); torchvision,
+# timm and Streaming (the recipe group, the MDSWriter rows) another venv. Without them the suite
+# lists those peers as not installed and runs the rest.
 bench: setup
 	bash tools/setup_ffcv.sh || echo "FFCV peer not installed; the suite runs without it"
+	bash tools/setup_vision.sh || echo "torchvision/timm/Streaming peers not installed; the suite runs without them"
 	$(VENV)/bin/datapipe bench --suite all
 
 clean:
-	rm -rf $(VENV) .venv-ffcv demo-out bench-data bench-results
+	rm -rf $(VENV) .venv-ffcv .venv-vision demo-out bench-data bench-results

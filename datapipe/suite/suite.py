@@ -39,20 +39,21 @@ from datapipe.suite.runner import NO_CUDA, GroupResult, busy_warning, run_group
 from datapipe.system import available_cores
 
 # The groups of each suite, and the stem of each group's own report.
-SUITE_GROUPS = {"images": ("images",), "text": ("text",), "convert": ("convert",),
+SUITE_GROUPS = {"images": ("images", "recipe"), "text": ("text",), "convert": ("convert",),
                 "gpu": ("gpu", "handoff")}
 
 
 def run(opts: Options) -> int:
     """Run the suites, write OUT/suite.{md,json} and the charts; 1 if a datapipe tool failed."""
-    from datapipe.suite.groups import ffcv
+    from datapipe.suite.groups import ffcv, vision
 
     check_skip(opts)
     if opts.workers < 1:
         opts = replace(opts, workers=available_cores())
     opts.out.mkdir(parents=True, exist_ok=True)
     info = describe()
-    info["versions"]["ffcv"] = ffcv.version()  # in its own venv
+    info["versions"]["ffcv"] = ffcv.version()  # in their own venvs
+    info["versions"].update(vision.versions())
     print(f"Machine: {machine_line(info)}", flush=True)
     groups: dict[str, Any] = {}
     suites = {name: run_suite(name, opts, info, groups) for name in opts.suites}
@@ -114,7 +115,7 @@ def settings_line(opts: Options) -> str:
     size = "smoke-test sizes" if opts.smoke else f"{opts.photos} photos, {opts.text_mb} MB text"
     return (f"Each figure: median of {opts.repeats} run(s), each a fresh process; spread = "
             f"slowest–fastest run. {size}, {opts.workers} workers. Per-group details: "
-            "loader.md, text.md, convert.md, gpu.md, handoff.md beside this report.")
+            "loader.md, recipe.md, text.md, convert.md, gpu.md, handoff.md beside this report.")
 
 
 def publish(info: dict[str, Any], suites: dict[str, list[Panel]], groups: dict[str, Any],

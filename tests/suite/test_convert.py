@@ -70,6 +70,9 @@ def fake_result(litdata_s: float, litdata_items: int = 100,
                 "litdata-tars": Outcome("ok", [fake_run(100, 3.0)]),
                 "litdata-parquet": Outcome("not installed (litdata)"),
                 "webdataset-tars": Outcome("skipped"),
+                "mds-tars": Outcome("ok", [fake_run(100, 2.0)]),
+                "mds-parquet": Outcome("not installed (run bash tools/setup_vision.sh)"),
+                "mds-writer": Outcome("skipped"),
                 "datapipe-writer": Outcome("ok", [{**fake_run(50, 1.0), "rate": 700.0}]),
                 "disk": Outcome("ok", [{**fake_run(50, 1.0), "rate": 1000.0}])}
     psnr = {"median_db": 34.6, "images": 4, "wrong_size": 0}
@@ -105,6 +108,10 @@ def test_panels_goals_and_warnings_read_from_the_runs() -> None:
     assert "datapipe-tars: 95 images/s = 2.86× LitData's from the tars 33 images/s (goal ≥ 2×: " \
         "met)" in report
     assert "datapipe-parquet ≥ 2× LitData's from the Parquet images/s: not measured." in report
+    assert "datapipe-tars: 95 images/s = 1.90× MDSWriter's from the tars 50 images/s (goal ≥ " \
+        "1.5×: met)" in report
+    assert "datapipe-parquet ≥ 1.5× MDSWriter's from the Parquet images/s: not measured." \
+        in report
     assert "datapipe-writer: 700 MB/s = 0.70× the disk's sequential 1,000 MB/s (goal ≥ 0.8×: " \
         "NOT met)" in report
     assert "Warning" not in report and "converted" not in report

@@ -19,7 +19,8 @@ from datapipe.suite.isolated import ffcv_run
 from tests.imagegen import make_image_folder
 
 NOT_INSTALLED = "not installed (run bash tools/setup_ffcv.sh)"
-OTHERS = frozenset(p.name for p in GROUP.peers if p.name != "ffcv")
+# The recipe group (the images suite's other group) too: it has no FFCV peer.
+OTHERS = frozenset(p.name for p in GROUP.peers if p.name != "ffcv") | {"recipe"}
 PHOTOS = 260  # one full batch of 256 (what every run checks) and a short one of 4
 needs_ffcv = pytest.mark.skipif(not ffcv.ready(), reason=".venv-ffcv is absent (FFCV's "
                                 "own venv): run bash tools/setup_ffcv.sh")

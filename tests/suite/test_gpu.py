@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import time
 from pathlib import Path
 
@@ -135,7 +136,8 @@ def fake_outcomes() -> dict[str, Outcome]:
             "cuda": "13", "matmuls": 5, "step_async_ms": 6.0, "both_async_ms": 6.5,
             "step_synced_ms": 6.0, "both_synced_ms": 8.0}
     return {"dali": Outcome("ok", [dali]), "cpu": Outcome("ok", [cpu]),
-            "copy": Outcome("ok", [copy])}
+            "copy": Outcome("ok", [copy]),
+            "recipe": Outcome("ok", [{**cpu, "images_per_s": 1280.0, "loader_ms": 200.0}])}
 
 
 def fake_result(outcomes: dict[str, Outcome]) -> GroupResult:
@@ -170,7 +172,14 @@ def test_the_suite_panel_is_the_loaders_images_per_second() -> None:
     assert (panel.key, panel.title, panel.unit, panel.lead, panel.baseline) == \
         ("gpu", "Loading onto the GPU", "images/s", "dali", "cpu")
     assert [(e.name, e.values, e.ours) for e in panel.entries] == \
-        [("dali", [5120.0], True), ("cpu", [2560.0], True)]
+        [("dali", [5120.0], True), ("cpu", [2560.0], True), ("recipe", [1280.0], True)]
+
+
+def test_the_recipe_run_is_a_row_of_the_overlap_table() -> None:
+    result = fake_result(fake_outcomes())
+    report = re.sub(" +", " ", "\n".join(gpu.GROUP.details(result)))
+    assert "| recipe | async | 100.0 | 200.0 | 110.0 | 200.0 |" in report
+    assert 'decode="cpu" 1.5 s; recipe 1.5 s.' in report  # start-up
 
 
 def test_report_names_what_did_not_run() -> None:

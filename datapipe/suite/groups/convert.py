@@ -1,8 +1,9 @@
 """Conversion throughput. Images: datapipe's `convert_images` against LitData `optimize()` and
 a WebDataset ShardWriter fed by `Pool.imap`, both running `plain_transform` as their users
-would. Text: `convert_text` (bytes, WordPiece) against HF `datasets` `.map(num_proc)`. A run:
-a fresh process into a fresh directory, timed from before its imports. Fidelity: on the first
-run of each of datapipe's image conversions (--before too). A peer reads meta["inputs"][tag]."""
+would; from tars and Parquet, also Streaming's MDSWriter fed by a DataLoader (.venv-vision).
+Text: `convert_text` (bytes, WordPiece) against HF `datasets` `.map(num_proc)`. A run: a fresh
+process into a fresh directory, timed from before its imports. Fidelity: on the first run of
+each of datapipe's image conversions (--before too). A peer reads meta["inputs"][tag]."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from typing import Any
 
 from datapipe.suite import fixtures, runner
 from datapipe.suite.groups import convert_sources as held
-from datapipe.suite.groups import writer_peers
+from datapipe.suite.groups import vision, writer_peers
 from datapipe.suite.groups.fidelity import QUALITY, SHORT_SIDE, Fidelity
+from datapipe.suite.isolated import mds_run
 from datapipe.suite.machine import revision
 from datapipe.suite.options import Options
 from datapipe.suite.report import Entry, Panel, goal_verdict, markdown_table
@@ -30,12 +32,16 @@ GOALS = (("datapipe", "litdata", "LitData's", 2.0, "images/s"),
          ("datapipe-parquet", "datapipe", "from the folder", 0.9, "images/s"),
          ("datapipe-tars", "litdata-tars", "LitData's from the tars", 2.0, "images/s"),
          ("datapipe-parquet", "litdata-parquet", "LitData's from the Parquet", 2.0, "images/s"),
+         ("datapipe-tars", "mds-tars", "MDSWriter's from the tars", 1.5, "images/s"),
+         ("datapipe-parquet", "mds-parquet", "MDSWriter's from the Parquet", 1.5, "images/s"),
          ("datapipe-writer", "disk", "the disk's sequential", 0.8, "MB/s"))
 SOURCES = ("tars", "parquet")  # the photos as people hold them (convert_sources)
 PIECES_LINE = (f"{fixtures.PIECES} WebDataset tars (jpg + cls) and {held.PARQUET_FILES} "
                "Hugging Face Parquet files (image struct of bytes and path, label)")
 PSNR_GAP_DB = 0.5  # datapipe's images: median PSNR within this of a full decode's
 SAME_TOKENS = {"datasets": "datapipe-text-wordpiece"}  # peer: datapipe with its tokenizer
+MDS_PEERS = ("mds-tars", "mds-parquet", "mds-writer")
+MDS_CHILD = Path(mds_run.__file__)
 
 
 # ---------------------------------------------------------------- the peers (in the child)
@@ -148,9 +154,16 @@ class ConvertGroup(Group):
              held.litdata_parquet, "litdata", "pyarrow.parquet"),
         peer("webdataset-tars", "WebDataset pipeline + WebLoader + ShardWriter", "tars",
              held.webdataset_tars, "webdataset"),
+        # Streaming needs torchvision: its own venv (vision.py), run by attempt().
+        Peer("mds-tars", "Streaming MDSWriter + DataLoader over the tars (.venv-vision)", None,
+             tag="tars"),
+        Peer("mds-parquet", "Streaming MDSWriter + DataLoader over the Parquet (.venv-vision)",
+             None, tag="parquet"),
         Peer("datapipe-writer", "datapipe DatasetWriter, encoded samples",
              writer_peers.datapipe_writer, ("datapipe",), ours=True, tag="writer"),
         Peer("disk", "the disk: sequential write + fsync", writer_peers.disk, reference=True,
+             tag="writer"),
+        Peer("mds-writer", "Streaming MDSWriter, encoded samples (.venv-vision)", None,
              tag="writer"),
         peer("datapipe-text-bytes", "datapipe convert_text (bytes)", "text",
              functools.partial(datapipe_text, wordpiece=False), *TEXT_MODULES, ours=True),
@@ -167,6 +180,9 @@ class ConvertGroup(Group):
         """The photos, the corpus and the fidelity references, each if a peer needs it."""
         for name in [n for n in outcomes if opts.smoke and n.startswith("datapipe-text-bytes")]:
             outcomes[name].status = "skipped"  # smoke: datapipe's wordpiece run shows text works
+        for name in MDS_PEERS:
+            if outcomes[name].status == "ok" and not vision.VENV.ready():
+                outcomes[name].status = vision.NOT_INSTALLED
         live = [p for p in self.all_peers(opts) if outcomes[p.name].status == "ok"]
         photos = fixtures.ensure_photos(opts.data, opts.photos)
         meta: dict[str, Any] = {
@@ -207,7 +223,7 @@ class ConvertGroup(Group):
 
         def once() -> Record:
             try:
-                run = runner.run_in_child(self.name, peer, job, run_dir)
+                run = self.run_one(peer, job, run_dir)
                 if "error" not in run:
                     run["output_bytes"] = fixtures.tree_bytes(out)
                     if self.fidelity and peer.ours and peer.tag == "photos":
@@ -216,6 +232,12 @@ class ConvertGroup(Group):
             finally:
                 shutil.rmtree(out, ignore_errors=True)
         return runner.least_disturbed(once, opts.settle, opts.retries)
+
+    def run_one(self, peer: Peer, job: Record, run_dir: Path) -> Record:
+        if peer.name in MDS_PEERS:  # Streaming's venv, by path
+            return vision.run_isolated(MDS_CHILD, {**job, "source": peer.tag,
+                                                   "shard_bytes": SHARD_BYTES}, run_dir)
+        return runner.run_in_child(self.name, peer, job, run_dir)
 
     def progress(self, peer: Peer, run: Record) -> str:
         return f"{run['seconds']:.1f} s (other work: {run['others_cores']:.2f} cores)"

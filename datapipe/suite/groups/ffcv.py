@@ -25,16 +25,17 @@ import signal
 import subprocess
 import sys
 from dataclasses import asdict
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from datapipe.suite.fixtures import CROP, RATIO, SCALE
 from datapipe.suite.isolated import ffcv_run
 from datapipe.suite.runner import Record, run_child
+from datapipe.suite.venvs import Venv
 
 SETUP_MARKER = ".ffcv-setup-2"  # written last by tools/setup_ffcv.sh
-SETUP_HINT = "run bash tools/setup_ffcv.sh"
+VENV = Venv(".venv-ffcv", "DATAPIPE_FFCV_VENV", SETUP_MARKER, "tools/setup_ffcv.sh")
+SETUP_HINT = VENV.hint
 FORM_LABEL = (f"FFCV .beton (its JPEG q{ffcv_run.JPEG_QUALITY}, longer side <= "
               f"{ffcv_run.MAX_RESOLUTION})")
 # The .beton of a few thousand photos takes a minute or two; a writer still busy after this is
@@ -44,29 +45,21 @@ CHILD = Path(ffcv_run.__file__)
 
 
 def venv() -> Path:
-    if os.environ.get("DATAPIPE_FFCV_VENV"):
-        return Path(os.environ["DATAPIPE_FFCV_VENV"])
-    here = Path(".venv-ffcv")
-    checkout = Path(__file__).resolve().parents[3] / ".venv-ffcv"
-    return here if here.exists() or not checkout.exists() else checkout
+    return VENV.path()
 
 
 def venv_python() -> Path:
-    return venv() / "bin" / "python"
+    return VENV.python()
 
 
 def ready() -> bool:
     """True once tools/setup_ffcv.sh has finished making the venv."""
-    return (venv() / SETUP_MARKER).exists() and venv_python().exists()
+    return VENV.ready()
 
 
 def version() -> str | None:
-    """FFCV's version in its venv (the main environment has none), from package metadata."""
-    for site in venv().glob("lib/python*/site-packages"):
-        found = next(iter(metadata.distributions(name="ffcv", path=[str(site)])), None)
-        if found is not None:
-            return found.version
-    return None
+    """FFCV's version in its venv (the main environment has none)."""
+    return VENV.version("ffcv")
 
 
 def child_env() -> dict[str, str]:

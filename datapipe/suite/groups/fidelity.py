@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.suite.fixtures import list_photos
-
-SHORT_SIDE = 256
-QUALITY = 90
+from datapipe.suite.isolated.reencode import QUALITY, SHORT_SIDE
 
 
 def reference_image(path: str) -> Any:

@@ -14,13 +14,15 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from datapipe.suite.fixtures import CROP, datapipe_shards
+from datapipe.suite.fixtures import CROP, datapipe_shards, list_photos
 from datapipe.suite.groups.gpu_peers import JITTER, LOOPS, Job, copy_run, loader_run
+from datapipe.suite.groups.recipe_peers import BUILT_IN, missing
 from datapipe.suite.options import Options
 from datapipe.suite.report import Entry, Panel, markdown_table
 from datapipe.suite.runner import Group, GroupResult, Outcome, Peer, Record, cuda_missing
 
 LOADERS = ("dali", "cpu")
+ROWS = (*LOADERS, "recipe")  # the panel's: every loader run
 
 
 def overlap_fraction(step_ms: float, loader_ms: float, both_ms: float) -> float:
@@ -66,15 +68,21 @@ class GpuGroup(Group):
         Peer("cpu", 'datapipe Loader, decode="cpu", device="cuda"',
              functools.partial(loader_run, decode="cpu"), ("kornia",), ours=True),
         Peer("copy", "H2D copy against a synthetic step (no decoding)", copy_run, ours=True),
+        Peer("recipe", 'datapipe Loader, device="cuda", timm recipe (built-in steps)',
+             functools.partial(loader_run, decode="cpu", recipe=True), ("kornia",), ours=True),
     )
 
     def available(self, opts: Options) -> str | None:
         return cuda_missing()
 
     def prepare(self, opts: Options, outcomes: dict[str, Outcome]) -> dict[str, Any]:
+        for name in [n for n in outcomes if n.removesuffix("-before") == "recipe"]:
+            if outcomes[name].status == "ok":
+                outcomes[name].status = missing(BUILT_IN) or "ok"
         shards, data = datapipe_shards(opts.data, opts.photos, opts.workers)
         smoke = {"batches": 3, "batch_size": 16} if opts.smoke else {}
-        job = Job(str(shards), opts.workers, **smoke)
+        classes = 1 + max(label for _, label in list_photos(Path(data["path"])))
+        job = Job(str(shards), opts.workers, classes=classes, **smoke)
         return {"data": data, **asdict(job), "repeats": opts.repeats}
 
     def job(self, peer: Peer, meta: dict[str, Any], opts: Options, run_dir: Path) -> Job:
@@ -89,7 +97,7 @@ class GpuGroup(Group):
     def panels(self, result: GroupResult) -> list[Panel]:
         entries = [Entry(p.name, p.label, result.outcomes[p.name].status,
                          [r["images_per_s"] for r in result.outcomes[p.name].runs], p.ours)
-                   for p in result.peers if p.name.removesuffix("-before") in LOADERS]
+                   for p in result.peers if p.name.removesuffix("-before") in ROWS]
         return [Panel("gpu", self.title, "images/s", entries, "dali", "cpu")]
 
     def details(self, result: GroupResult) -> list[str]:
@@ -99,6 +107,9 @@ class GpuGroup(Group):
             f"Job: {meta['data']['count']} photos, datapipe shards → RandomResizedCrop({CROP}) "
             f"| HorizontalFlip, then ColorJitter{JITTER} and Normalize({meta['dtype']}) on the "
             f"GPU; batches of {meta['batch_size']}, {meta['workers']} workers / DALI threads. "
+            "recipe: RandomResizedCrop | HorizontalFlip in the workers, then RandAugment(2, 9), "
+            "Normalize, RandomErasing 0.25 and Mixup/CutMix on the GPU (datapipe's built-in "
+            "steps, their batch forms). "
             f"Each figure: median of {meta['repeats']} fresh processes, {meta['batches']} timed "
             "steps per loop.", "", *tables(summarise(outcomes)),
             "- async: the host never waits for the GPU; synced: every step ends waiting for "
@@ -138,6 +149,11 @@ def headline(summary: dict[str, dict[str, Any]], outcomes: dict[str, Outcome]) -
     return f"**On {gpu}: " + "; ".join(parts) + ".**"
 
 
+def run_label(name: str) -> str:
+    """A loader run as the tables name it: decode="dali", decode="cpu", recipe."""
+    return f'decode="{name}"' if name in LOADERS else name
+
+
 def tables(summary: dict[str, dict[str, Any]]) -> list[str]:
     """Each loader's start-up; the loaders' overlap with the step, and the copy's (images/s and
     its runs are the panel's)."""
@@ -146,14 +162,14 @@ def tables(summary: dict[str, dict[str, Any]]) -> list[str]:
         for loop in LOOPS:
             step, both = s[f"step_{loop}_ms"], s[f"both_{loop}_ms"]
             if "loader_ms" in s:
-                overlaps.append([f'decode="{name}"', loop, f"{step:.1f}", f"{s['loader_ms']:.1f}",
+                overlaps.append([run_label(name), loop, f"{step:.1f}", f"{s['loader_ms']:.1f}",
                                  f"{both:.1f}", f"{max(step, s['loader_ms']):.1f}",
                                  f"{both - step:+.1f}", _pct(s[f"overlap_{loop}"])])
             else:
                 copies.append([loop, f"{s['copy_ms']:.2f}", f"{s['copy_gbps']:.1f}",
                                f"{step:.2f}", f"{both:.2f}", f"{both - step:+.2f}",
                                _pct(s[f"hidden_{loop}"])])
-    starts = "; ".join(f'decode="{n}" {s["start_s"]:.1f} s' for n, s in summary.items()
+    starts = "; ".join(f'{run_label(n)} {s["start_s"]:.1f} s' for n, s in summary.items()
                        if "start_s" in s)
     return [f"Start-up, from creating the Loader to its first batch on the GPU: {starts or '–'}.",
             "", markdown_table(["loader", "loop", "(a) step ms", "(b) loader ms = ms/batch",

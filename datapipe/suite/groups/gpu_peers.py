@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from datapipe.suite.fixtures import BATCH, CROP
+from datapipe.suite.groups.recipe_peers import built_in
 
 if TYPE_CHECKING:
     import torch
@@ -36,6 +37,7 @@ class Job:
     dtype: str = "bfloat16"  # Normalize's output
     copy_factor: float = 3.0  # the copy run's step, in multiples of the copy
     seed: int = 0
+    classes: int = 0  # of the photos: the recipe's Mixup targets
 
 
 def matmuls_for(target_ms: float, ms_per_matmul: float) -> int:
@@ -180,8 +182,10 @@ def gpu_transform(dtype: str) -> Any:
             | dp.image.ColorJitter(*JITTER) | dp.image.Normalize(dtype=dtype))
 
 
-def loader_run(job: Job, decode: str) -> dict[str, Any]:
-    """The step alone (before any loader exists), then the loader alone, then both."""
+def loader_run(job: Job, decode: str, recipe: bool = False) -> dict[str, Any]:
+    """The step alone (before any loader exists), then the loader alone, then both; the
+    loader's transform gpu_transform's, or with `recipe` the timm-style recipe of datapipe's
+    built-in steps (recipe_peers), its batch forms running on the GPU."""
     import torch
 
     import datapipe as dp
@@ -198,7 +202,9 @@ def loader_run(job: Job, decode: str) -> dict[str, Any]:
                                  for loop in LOOPS}}
     created = time.perf_counter()
     with dp.Loader(job.shards, batch_size=job.batch_size, shuffle=True, seed=job.seed,
-                   num_workers=job.workers, decode=decode, transform=gpu_transform(job.dtype),
+                   num_workers=job.workers, decode=decode,
+                   transform=built_in(job.classes, job.dtype) if recipe
+                   else gpu_transform(job.dtype),
                    device=device, drop_last=True) as loader:
         batches = (batch["image"] for batch in endless(loader))
         first, shape = next(batches), (job.batch_size, 3, CROP, CROP)

@@ -3,10 +3,14 @@ CPU-second over the epochs after the warm-up, the first epoch's own rate, and st
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import time
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 
@@ -44,29 +48,31 @@ def tree_cpu_seconds(root: int | None = None) -> float:
     return total
 
 
-def check_batch(images: Any, batch: int, crop: int) -> None:
-    """Proof that the tool did the whole job: a full batch of crop x crop uint8 CHW images."""
+def check_batch(images: Any, batch: int, crop: int, dtype: str = "uint8") -> None:
+    """Proof that the tool did the whole job: a full batch of crop x crop CHW images of
+    `dtype` (uint8; float32 where the job ends with a Normalize)."""
     import torch
 
     shape = (batch, 3, crop, crop)
-    if tuple(images.shape) != shape or images.dtype != torch.uint8:
+    if tuple(images.shape) != shape or images.dtype != getattr(torch, dtype):
         raise RuntimeError(f"first batch is {tuple(images.shape)} {images.dtype}, "
-                           f"expected {shape} torch.uint8")
+                           f"expected {shape} torch.{dtype}")
 
 
-def measure(batches: Iterator[tuple[int, Any]], job: Any, crop: int) -> dict[str, Any]:
+def measure(batches: Iterator[tuple[int, Any]], job: Any, crop: int,
+            dtype: str = "uint8") -> dict[str, Any]:
     """Images/s, and images per CPU-second of the whole process tree, over the epochs after
     the warm-up: the clock starts when the warm-up's last batch arrives (with no warm-up, at
     the first batch, which is then not counted) and stops when the last batch arrives, so
     shutting the tool's workers down is not counted. Also the first epoch's own images/s,
     from its first batch on: what a job too short to warm up sees. `batches` yields
-    (epoch, images); `job` has batch, warmup and total_epochs."""
+    (epoch, images) of `dtype`; `job` has batch, warmup and total_epochs."""
     started = time.perf_counter()
     per_epoch = [0] * job.total_epochs
     arrivals: list[tuple[int, float, float]] = []  # (epoch, seconds, tree CPU seconds)
     for epoch, images in batches:
         if not arrivals:
-            check_batch(images, job.batch, crop)
+            check_batch(images, job.batch, crop, dtype)
         arrivals.append((epoch, time.perf_counter(), tree_cpu_seconds()))
         per_epoch[epoch] += len(images)
     first_size = min(job.batch, per_epoch[0])
@@ -82,3 +88,31 @@ def measure(batches: Iterator[tuple[int, Any]], job: Any, crop: int) -> dict[str
             "first_epoch_rate": ((per_epoch[0] - first_size) / first_epoch_s
                                  if first_epoch_s > 0 else 0.0),
             "start_s": arrivals[0][1] - started, "epoch_images": per_epoch}
+
+
+def measure_one(job_json: str, result_file: Path, modules: tuple[str, ...],
+                batches: Callable[[Any], Iterator[tuple[int, Any]]], dtype: str = "uint8") -> None:
+    """One run of a tool in a venv of its own, in this fresh process: `modules` imported (not
+    clocked), then batches(job) measured, the record written as write_result does. The job
+    (JSON) has the fields measure() reads, and crop."""
+    fields = json.loads(job_json)
+    job = SimpleNamespace(**fields, total_epochs=fields["warmup"] + fields["epochs"])
+
+    def run() -> dict[str, Any]:
+        start = time.perf_counter()
+        for module in modules:
+            importlib.import_module(module)
+        import_s = time.perf_counter() - start
+        return {**measure(batches(job), job, job.crop, dtype), "import_s": import_s}
+    write_result(result_file, run)
+
+
+def write_result(result_file: Path, run: Callable[[], dict[str, Any]]) -> None:
+    """run()'s record to result_file as JSON; should the tool fail, {"error": one line}
+    instead (the traceback goes to the log), so that the table can say what went wrong."""
+    try:
+        result = run()
+    except Exception as exc:  # the tool's own failure: one line for the table, the log has all
+        traceback.print_exc()
+        result = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+    result_file.write_text(json.dumps(result))

@@ -12,15 +12,10 @@ compiles the pipeline again, which its start-up time includes.
 
 from __future__ import annotations
 
-import importlib
-import json
 import os
 import signal
 import sys
-import time
-import traceback
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 BETON = "data.beton"
@@ -85,29 +80,13 @@ def ffcv_batches(job: Any) -> Any:
             yield epoch, images
 
 
-def measure_one(job_json: str, result_file: Path) -> None:
-    """One run in this fresh process, clocked as every image peer's (clock.measure)."""
-    from clock import measure  # beside this file, which is run by its path
-
-    fields = json.loads(job_json)
-    job = SimpleNamespace(**fields, total_epochs=fields["warmup"] + fields["epochs"])
-    try:
-        start = time.perf_counter()
-        for module in MODULES:
-            importlib.import_module(module)
-        import_s = time.perf_counter() - start
-        result = {**measure(ffcv_batches(job), job, job.crop), "import_s": import_s}
-    except Exception as exc:  # the tool's own failure: one line for the table, the log has all
-        traceback.print_exc()
-        result = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
-    result_file.write_text(json.dumps(result))
-
-
 def main(argv: list[str]) -> int:
+    from clock import measure_one  # beside this file, which is run by its path
+
     if argv[:1] == ["--write"] and len(argv) == 4:
         write_beton(Path(argv[1]), Path(argv[2]), int(argv[3]))
     elif argv[:1] == ["--one"] and len(argv) == 3:
-        measure_one(argv[1], Path(argv[2]))
+        measure_one(argv[1], Path(argv[2]), MODULES, ffcv_batches)
     else:
         print("usage: ffcv_run.py --write SRC BETON WORKERS | --one JOB RESULT", file=sys.stderr)
         return 2
