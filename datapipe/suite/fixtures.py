@@ -233,8 +233,8 @@ def ensure_form(group: str, form: str, src: Path, data: Path, workers: int) -> d
     want = fingerprint(src)
     if record_file.exists() and out.exists():
         record = json.loads(record_file.read_text())
-        if record.get("fingerprint") == want:
-            return record
+        if record.get("fingerprint") == want:  # where it is now, as this run names DATA
+            return {**record, "path": str(out)}
     record_file.unlink(missing_ok=True)
     fresh_dir(out).rmdir()  # the makers create it: litdata.optimize wants to
     print(f"converting {src} to {form} in {out} ...", end=" ", flush=True)
