@@ -285,6 +285,8 @@ class TokenLoader(LoaderBase):
         for b, batch in prefetch_to_device(host, self.device):
             self._report(b)
             self._handed_out(b, len(plan))
+            if not batch["is_padding"]:  # counted as handed out, not as built ahead
+                self._loss_tokens_seen += batch["num_loss_tokens"]
             yield batch
         self._finish_empty(start, len(plan))
 
@@ -307,7 +309,6 @@ class TokenLoader(LoaderBase):
             if not batch["is_padding"]:
                 self._tokens_seen += batch["num_real_tokens"]
                 self._tokens_computed += batch["input_ids"].numel()
-                self._loss_tokens_seen += batch["num_loss_tokens"]
             self._record(b, meta, {"collate": time.perf_counter() - t0})
             yield b, batch
 
