@@ -164,8 +164,16 @@ def _finish(seqs: _Sequences, options: CollateOptions, shape: tuple[int, ...]) -
     batch.update({"num_real_tokens": real,
                   "num_loss_tokens": int(np.count_nonzero(labels != IGNORE)),
                   "efficiency": real / len(seqs.ids) if len(seqs.ids) else 1.0,
-                  "index": torch.from_numpy(seqs.docs.astype(np.int64))})
+                  "index": torch.from_numpy(_index(seqs, options.layout))})
     return batch
+
+
+def _index(seqs: _Sequences, layout: str) -> np.ndarray:
+    """Packed: one entry per sequence of cu_seqlens, -1 for the padding tail. Fixed: the
+    documents (pieces) of the rows in order, without the rows' free tails (seq_idx numbers
+    those)."""
+    docs = seqs.docs if layout == "packed" else seqs.docs[~seqs.is_filler]
+    return docs.astype(np.int64)
 
 
 def _shaped(values: np.ndarray, shape: tuple[int, ...], fields: BatchFields) -> torch.Tensor:

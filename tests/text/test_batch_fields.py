@@ -67,18 +67,27 @@ def test_index_is_one_per_sequence_of_cu_seqlens(corpus) -> None:
     for it (it once was one entry short of cu_seqlens)."""
     path, _ = corpus
     tails = 0
-    for options in ({"max_tokens": 50, "pad_to_multiple_of": 8},
-                    {"max_tokens": 128, "layout": "fixed", "seq_len": 32}):
-        with dp.TokenLoader(path, **options) as loader:
-            for batch in loader:
-                index = batch["index"]
-                assert len(index) == len(batch["cu_seqlens"]) - 1
-                lengths = torch.diff(batch["cu_seqlens"])
-                padding = torch.repeat_interleave(index < 0, lengths)
-                real = batch["input_ids"].flatten()[~padding]
-                assert len(real) == batch["num_real_tokens"]
-                tails += int((index < 0).sum())
+    with dp.TokenLoader(path, max_tokens=50, pad_to_multiple_of=8) as loader:
+        for batch in loader:
+            index, lengths = batch["index"], torch.diff(batch["cu_seqlens"])
+            assert len(index) == len(lengths)
+            padding = torch.repeat_interleave(index < 0, lengths)
+            assert len(batch["input_ids"][~padding]) == batch["num_real_tokens"]
+            assert (index[:-1] >= 0).all()
+            tails += int((index < 0).sum())
     assert tails > 0
+
+
+def test_fixed_index_lists_the_rows_documents(corpus) -> None:
+    """Fixed rows: index is the documents (pieces) in row order; seq_idx also numbers each
+    row's free tail, as cu_seqlens does."""
+    path, _ = corpus
+    with dp.TokenLoader(path, max_tokens=128, layout="fixed", seq_len=32,
+                        add_fields=("seq_idx",)) as loader:
+        for batch in loader:
+            assert (batch["index"] >= 0).all()
+            sequences = len(batch["cu_seqlens"]) - 1
+            assert int(batch["seq_idx"].max()) + 1 == sequences >= len(batch["index"])
 
 
 @pytest.mark.parametrize("options", [{"max_tokens": 64}, {"max_tokens": 128, "layout": "padded"},

@@ -26,14 +26,17 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.ndar
     return path, write_documents(path, LENGTHS, vocab=1000)
 
 
-def sequences(batch: dict) -> list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(document, ids, labels, positions) of each real sequence of a packed batch."""
-    cu = batch["cu_seqlens"].tolist()
+def sequences(batch: dict) -> list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(document, segment start, ids, labels, positions) of each real sequence of a packed or
+    fixed batch (fixed: index leaves out the rows' free tails, which have no real token)."""
+    flat = {k: v.flatten() for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    real = flat.get("attention_mask", torch.ones_like(flat["input_ids"])).bool()
+    documents = iter(batch["index"].tolist())
     out = []
-    for j, (a, b) in enumerate(itertools.pairwise(cu)):
-        if batch["index"][j] >= 0:
-            out.append((int(batch["index"][j]), batch["input_ids"][a:b], batch["labels"][a:b],
-                        batch["position_ids"][a:b]))
+    for j, (a, b) in enumerate(itertools.pairwise(batch["cu_seqlens"].tolist())):
+        if b > a and real[a]:
+            out.append((next(documents), int(flat["segment_start"][j]), flat["input_ids"][a:b],
+                        flat["labels"][a:b], flat["position_ids"][a:b]))
     return out
 
 
@@ -47,13 +50,8 @@ def test_split_pieces_keep_the_target_across_the_cut(corpus, layout: str) -> Non
         batches = list(loader)
     seen = {d: [] for d in range(len(LENGTHS))}
     for batch in batches:
-        flat = {k: v.flatten() if isinstance(v, torch.Tensor) and v.dim() > 1 else v
-                for k, v in batch.items()}
-        for (doc, ids, labels, pos), start in zip(sequences(flat),
-                                                  batch["segment_start"][batch["index"] >= 0],
-                                                  strict=True):
+        for doc, s, ids, labels, pos in sequences(batch):
             whole = documents[doc].astype(np.int64)
-            s = int(start)
             assert len(ids) <= CAP and ids.tolist() == whole[s:s + len(ids)].tolist()
             expected = np.append(whole[s + 1:s + len(ids) + 1], [-100] * len(ids))[:len(ids)]
             assert labels.tolist() == expected.tolist(), "the last target is the next token"
