@@ -57,7 +57,7 @@ class _Sequences:
     ids: np.ndarray
     lengths: np.ndarray      # per sequence
     is_filler: np.ndarray    # per sequence: padding, no document
-    real: np.ndarray         # per token: a document's token
+    real: int | np.ndarray   # the first `real` tokens are documents' (packed), or per token
     after: np.ndarray        # per sequence
     starts: np.ndarray       # per sequence
     docs: np.ndarray         # per sequence, -1 for padding
@@ -82,16 +82,18 @@ def collate(tokens: np.ndarray, seg_lengths: np.ndarray, row_offsets: np.ndarray
 
 def _packed_sequences(ids: np.ndarray, lengths: np.ndarray, pieces: Gathered,
                       options: CollateOptions) -> _Sequences:
-    real = int(lengths.sum())
+    real = len(ids)
     extra = int(-real % options.pad_to_multiple_of)
-    fillers = [extra] if extra else []  # one dummy tail: the total a multiple (Tensor Cores)
-    filler = np.array(fillers, dtype=np.int64)
     mask = pieces.mask
+    if not extra:  # the arrays as they are: no copy on the training thread
+        return _Sequences(ids, lengths, np.zeros(len(lengths), bool), real, pieces.after,
+                          pieces.starts, pieces.docs, mask)
+    filler = np.array([extra], dtype=np.int64)  # one dummy tail: a multiple (Tensor Cores)
     return _Sequences(
         ids=np.concatenate([ids, np.full(extra, options.pad_id, dtype=np.int64)]),
         lengths=np.concatenate([lengths, filler]),
         is_filler=np.concatenate([np.zeros(len(lengths), bool), np.ones(len(filler), bool)]),
-        real=np.arange(real + extra) < real,
+        real=real,
         after=np.concatenate([pieces.after, np.full(len(filler), IGNORE)]),
         starts=np.concatenate([pieces.starts, np.zeros(len(filler), np.int64)]),
         docs=np.concatenate([pieces.docs, np.full(len(filler), -1)]),
@@ -131,17 +133,18 @@ def _fixed_sequences(ids: np.ndarray, lengths: np.ndarray, row_offsets: np.ndarr
 def _finish(seqs: _Sequences, options: CollateOptions, shape: tuple[int, ...]) -> dict[str, Any]:
     """The keys of a layout whose sequences are cu_seqlens over the flattened batch."""
     fields = options.fields
-    shifted = shifted_labels(seqs.ids, seqs.lengths, seqs.after, seqs.mask)
-    shifted[~seqs.real] = IGNORE
+    shifted = None  # made only when a key holds it: the training thread waits on this
+    if fields.labels == "shifted" or fields.wants("shift_labels") or fields.wants("loss_mask"):
+        shifted = _blank(shifted_labels(seqs.ids, seqs.lengths, seqs.after, seqs.mask),
+                         seqs.real)
     labels = shifted
     if fields.labels == "hf":
-        labels = hf_labels(seqs.ids, seqs.lengths, seqs.mask)
-        labels[~seqs.real] = IGNORE
+        labels = _blank(hf_labels(seqs.ids, seqs.lengths, seqs.mask), seqs.real)
     cu = np.zeros(len(seqs.lengths) + 1, dtype=np.int32)
     np.cumsum(seqs.lengths, out=cu[1:])
     max_seqlen = int(seqs.lengths.max()) if len(seqs.lengths) else 0
     starts = seqs.starts if fields.continue_positions else None
-    real = int(seqs.real.sum())
+    real = seqs.real if isinstance(seqs.real, int) else int(np.count_nonzero(seqs.real))
     per_token = {"input_ids": seqs.ids, "labels": labels,
                  "position_ids": positions(seqs.lengths, starts)}
     if fields.wants("shift_labels"):
@@ -162,10 +165,31 @@ def _finish(seqs: _Sequences, options: CollateOptions, shape: tuple[int, ...]) -
     if fields.wants("segment_start"):
         batch["segment_start"] = torch.from_numpy(seqs.starts)
     batch.update({"num_real_tokens": real,
-                  "num_loss_tokens": int(np.count_nonzero(labels != IGNORE)),
+                  "num_loss_tokens": _loss_targets(seqs, labels, fields.labels, real),
                   "efficiency": real / len(seqs.ids) if len(seqs.ids) else 1.0,
                   "index": torch.from_numpy(_index(seqs, options.layout))})
     return batch
+
+
+def _blank(labels: np.ndarray, real: int | np.ndarray) -> np.ndarray:
+    """-100 on every padding token."""
+    if isinstance(real, int):
+        labels[real:] = IGNORE
+    else:
+        labels[~real] = IGNORE
+    return labels
+
+
+def _loss_targets(seqs: _Sequences, labels: np.ndarray, style: str, real: int) -> int:
+    """The labels that are not -100. Without a loss mask, counted per sequence rather than
+    per token: every real token is a target but one per document sequence (shifted: the last,
+    unless a split carries it on; HF: the first)."""
+    if seqs.mask is not None:
+        return int(np.count_nonzero(labels != IGNORE))
+    documents = (seqs.lengths > 0) & ~seqs.is_filler
+    if style == "hf":
+        return real - int(np.count_nonzero(documents))
+    return real - int(np.count_nonzero(documents & (seqs.after == IGNORE)))
 
 
 def _index(seqs: _Sequences, layout: str) -> np.ndarray:
@@ -177,8 +201,10 @@ def _index(seqs: _Sequences, layout: str) -> np.ndarray:
 
 
 def _shaped(values: np.ndarray, shape: tuple[int, ...], fields: BatchFields) -> torch.Tensor:
-    tensor = torch.from_numpy(values).view(shape)
-    return tensor.unsqueeze(0) if fields.batch_dim else tensor
+    """Reshaped by numpy, before the tensor is made: a tensor's view costs more."""
+    if fields.batch_dim:
+        shape = (1, *shape)
+    return torch.from_numpy(values if values.shape == shape else values.reshape(shape))
 
 
 def _padded(ids: np.ndarray, lengths: np.ndarray, pieces: Gathered,
