@@ -362,6 +362,10 @@ def _check_text_dataset(ds: Dataset, tokenizer: str | None) -> None:
     if manifest.kind != "text":
         raise DataError(f"{ds.directory}: a {manifest.kind} dataset; TokenLoader reads text")
     refuse_empty(ds)
+    if LOSS_MASK in manifest.column_names and manifest.column(LOSS_MASK).type != "uint8[]":
+        raise DataError(f"{ds.directory}: column {LOSS_MASK!r} is "
+                        f"{manifest.column(LOSS_MASK).type}; a loss mask is uint8[], one 0 or 1 "
+                        "per token")
     if tokenizer is None:
         return
     stored = manifest.tokenizer or {}

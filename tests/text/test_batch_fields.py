@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import datapipe as dp
-from datapipe.errors import ArgumentError
+from datapipe.errors import ArgumentError, DataError
 from tests.text.helpers import write_documents
 
 LENGTHS = [9, 30, 4, 17, 25, 11, 2, 40, 13, 21, 6, 33]
@@ -146,3 +146,19 @@ def test_fields_can_name_an_optional_field(corpus) -> None:
     with dp.TokenLoader(path, max_tokens=64, fields=("input_ids", "seq_idx")) as loader:
         ids, seq_idx = next(iter(loader))
     assert ids.shape == seq_idx.shape
+
+
+def test_a_loss_mask_that_does_not_fit_is_refused(tmp_path: Path) -> None:
+    ids = [np.arange(6), np.arange(4)]
+    with dp.DatasetWriter(tmp_path / "short", {"tokens": "uint16[]",
+                                               "loss_mask": "uint8[]"}) as writer:
+        writer.write({"tokens": ids[0], "loss_mask": np.ones(6, np.uint8)})
+        writer.write({"tokens": ids[1], "loss_mask": np.ones(3, np.uint8)})
+    with dp.TokenLoader(tmp_path / "short", max_tokens=64, num_workers=1) as loader, \
+            pytest.raises(DataError, match=r"row 1.*has 3 loss_mask values for 4 tokens"):
+        list(loader)
+    with dp.DatasetWriter(tmp_path / "wide", {"tokens": "uint16[]",
+                                              "loss_mask": "int32[]"}) as writer:
+        writer.write({"tokens": ids[0], "loss_mask": np.ones(6, np.int32)})
+    with pytest.raises(DataError, match=r"column 'loss_mask' is int32\[\]; a loss mask is uint8"):
+        dp.TokenLoader(tmp_path / "wide", max_tokens=64)
