@@ -49,31 +49,29 @@ class TokenViews:
 
 class TokenBatchBuilder:
     def __init__(self, directory: str | Location, verify: str = "cheap",
-                 extra_columns: tuple[str, ...] = (), carry_targets: bool = True) -> None:
-        """`carry_targets`: a piece that ends before its document does gets the next token
-        as its last target (False: a truncated document, whose rest is not trained on)."""
+                 extra_columns: tuple[str, ...] = ()) -> None:
         self.dataset = Dataset(directory, verify=verify)
-        self.carry_targets = carry_targets
         self.has_mask = LOSS_MASK in self.dataset.manifest.column_names
         self.extras = ExtraColumns(self.dataset, extra_columns)
         self.dtype = self.dataset.manifest.column("tokens").numpy_dtype
         self.vocab_size = _checkable_vocab_size(self.dataset.manifest, self.dtype)
-        self._views: dict[tuple[int, str], TokenViews | None] = {}
+        # Per column, per shard: keyed by the shard's number alone, a lookup per segment.
+        self._views: dict[str, dict[int, TokenViews | None]] = {"tokens": {}, LOSS_MASK: {}}
         # A remote dataset closes shards it no longer needs: their views must go too.
         self.dataset.on_close(self._forget_shard)
 
     def _forget_shard(self, k: int) -> None:
-        for column in ("tokens", LOSS_MASK):
-            self._views.pop((k, column), None)
+        for views in self._views.values():
+            views.pop(k, None)
 
     def _shard_views(self, k: int, column: str = "tokens") -> TokenViews | None:
         """Shard k's column for direct slicing; None for a format without offsets."""
-        if (k, column) not in self._views:
+        cache = self._views[column]
+        if k not in cache:
             reader = self.dataset.shard(k)
             get_views = getattr(reader, "payload_views", None)
-            self._views[k, column] = (TokenViews(reader.batch_starts(), get_views(column))
-                                      if get_views else None)
-        return self._views[k, column]
+            cache[k] = TokenViews(reader.batch_starts(), get_views(column)) if get_views else None
+        return cache[k]
 
     def _document(self, k: int, row: int, column: str = "tokens") -> np.ndarray:
         """One document's whole column, as a view where the format allows."""
@@ -88,24 +86,47 @@ class TokenBatchBuilder:
         tokens, mask = split_slot(out, self.dtype, self.has_mask)
         start, end = task.extra["start"], task.extra["end"]
         shards, rows = self.dataset.locate_many(task.indices)
-        after = np.full(len(start), IGNORE, dtype=np.int64)
         pos = 0
-        for j, (k, row, s, e) in enumerate(zip(shards.tolist(), rows.tolist(), start.tolist(),
-                                               end.tolist(), strict=True)):
-            ids = self._document(k, row)
-            tokens[pos:pos + e - s] = ids[s:e]
-            if mask is not None:
-                mask[pos:pos + e - s] = self._loss_mask(k, row, len(ids))[s:e]
-            if self.carry_targets and e < len(ids) and \
-                    (mask is None or self._loss_mask(k, row, len(ids))[e]):
-                after[j] = ids[e]
+        for k, row, s, e in zip(shards.tolist(), rows.tolist(), start.tolist(), end.tolist(),
+                                strict=True):
+            views = self._shard_views(k)
+            if views is not None:
+                offsets, values, local = views.find(row)
+                base = int(offsets[local])
+                tokens[pos:pos + e - s] = values[base + s:base + e]
+            else:
+                tokens[pos:pos + e - s] = self._record_tokens(k, row)[s:e]
             pos += e - s
+        if mask is not None:
+            self._gather_masks(mask, shards, rows, start, end)
+        after = self._targets_after(task.extra.get("cut"), shards, rows, end)
         self._check_ids(tokens[:pos], end - start, shards, rows, start)
         ended = time.perf_counter()
         return {"count": pos, "seg_lengths": end - start, "seg_starts": start, "after": after,
                 "rows": task.extra["rows"], "index": task.indices, "is_padding": task.is_pad,
                 "columns": self.extras.of(task.indices),
                 "timing": worker_timing(started, ended, {"read": ended - started})}
+
+    def _gather_masks(self, mask: np.ndarray, shards: np.ndarray, rows: np.ndarray,
+                      start: np.ndarray, end: np.ndarray) -> None:
+        """Each segment's loss mask beside its ids (a supervised dataset only)."""
+        pos = 0
+        for k, row, s, e in zip(shards.tolist(), rows.tolist(), start.tolist(), end.tolist(),
+                                strict=True):
+            mask[pos:pos + e - s] = self._loss_mask(k, row)[s:e]
+            pos += e - s
+
+    def _targets_after(self, cut: np.ndarray | None, shards: np.ndarray, rows: np.ndarray,
+                       end: np.ndarray) -> np.ndarray:
+        """Per segment, the target of its last token: -100, but for a piece cut before its
+        document's end (`cut`), the next token, if the loss mask counts it. Only the cut
+        pieces are looked at: a step per split document, none per whole one."""
+        after = np.full(len(end), IGNORE, dtype=np.int64)
+        for j in np.flatnonzero(cut).tolist() if cut is not None else ():
+            k, row, e = int(shards[j]), int(rows[j]), int(end[j])
+            if not self.has_mask or self._loss_mask(k, row)[e]:
+                after[j] = self._document(k, row)[e]
+        return after
 
     def _record_tokens(self, k: int, row: int, column: str = "tokens") -> np.ndarray:
         """A document read record by record (msgpack), checked against its length column:
@@ -118,10 +139,11 @@ class TokenBatchBuilder:
                                       f"says {length}")
         return ids
 
-    def _loss_mask(self, k: int, row: int, length: int) -> np.ndarray:
+    def _loss_mask(self, k: int, row: int) -> np.ndarray:
         """A document's loss mask, one value per token (a mask of another length would
         silently shift every label after it)."""
         values = self._document(k, row, LOSS_MASK)
+        length = len(self._document(k, row))
         if len(values) != length:
             raise self.dataset.shard(k).corrupt(row, f"has {len(values)} loss_mask values for "
                                                      f"{length} tokens")

@@ -59,6 +59,7 @@ class _RankPlan:
 
     plan: TokenPlan
     is_pad: np.ndarray  # per batch
+    lengths: np.ndarray | None = None  # per document; None: no piece carries a target on
 
     def __len__(self) -> int:
         return len(self.plan)
@@ -68,8 +69,9 @@ class _RankPlan:
         return doc, np.full(len(doc), self.is_pad[b])
 
     def extra(self, b: int) -> dict[str, Any]:
-        _, start, end, rows = self.plan.batch(b)
-        return {"start": start, "end": end, "rows": rows}
+        doc, start, end, rows = self.plan.batch(b)
+        cut = None if self.lengths is None else self.lengths[doc] > end  # split pieces
+        return {"start": start, "end": end, "rows": rows, "cut": cut}
 
 
 class TokenLoader(LoaderBase):
@@ -172,9 +174,8 @@ class TokenLoader(LoaderBase):
         self._tokens_computed = 0
         self._loss_tokens_seen = 0
         tokens = self._max_batch_tokens()
-        carry = self.overflow is None or self.overflow.mode == "split"
         self._producer = BatchProducer(
-            functools.partial(TokenBatchBuilder, self.path, verify, extras, carry), num_workers,
+            functools.partial(TokenBatchBuilder, self.path, verify, extras), num_workers,
             prefetch, tokens * (self.token_dtype.itemsize + self.has_loss_mask), persistent)
         self._producer.check_memory(self._passes.owner, f"a batch of up to {tokens:,} tokens "
                                     f"({self.token_dtype})", "max_tokens (or batch_size, or "
@@ -274,7 +275,10 @@ class TokenLoader(LoaderBase):
                           cap)
 
     def _rank_plan(self, rest: TokenRemainder) -> _RankPlan:
-        return _RankPlan(*rest.rank_plan(self.rank, self.world_size))
+        # A truncated document's rest is not trained on: its last target stays -100.
+        carry = self.overflow is None or self.overflow.mode == "split"
+        return _RankPlan(*rest.rank_plan(self.rank, self.world_size),
+                         self.lengths if carry else None)
 
     # --- iteration -----------------------------------------------------------------------
 
@@ -341,10 +345,11 @@ class TokenLoader(LoaderBase):
 
 
 def _aligned(columns: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
-    """Metadata values, one per entry of `index`: a padding sequence (-1) gets 0 or None."""
-    filler = np.flatnonzero(index.numpy() < 0)
-    if not len(filler):
+    """Metadata values, one per entry of `index`: a padding sequence (-1, only ever a packed
+    batch's last) gets 0 or None."""
+    if not len(index) or index[-1] >= 0:
         return columns
+    filler = np.flatnonzero(index.numpy() < 0)
     at = filler - np.arange(len(filler))  # np.insert's positions: before the shifted entries
     out: dict[str, Any] = {}
     for name, value in columns.items():

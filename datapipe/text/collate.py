@@ -197,7 +197,7 @@ def _index(seqs: _Sequences, layout: str) -> np.ndarray:
     documents (pieces) of the rows in order, without the rows' free tails (seq_idx numbers
     those)."""
     docs = seqs.docs if layout == "packed" else seqs.docs[~seqs.is_filler]
-    return docs.astype(np.int64)
+    return docs.astype(np.int64, copy=False)
 
 
 def _shaped(values: np.ndarray, shape: tuple[int, ...], fields: BatchFields) -> torch.Tensor:

@@ -35,7 +35,8 @@ def shifted_labels(ids: np.ndarray, lengths: np.ndarray, after: np.ndarray | Non
         labels[:-1][mask[1:] == 0] = IGNORE
     if len(ids):
         ends = sequence_ends(lengths)
-        labels[ends] = IGNORE if after is None else after[lengths > 0]
+        carried = after is not None and (after != IGNORE).any()  # only where a split is
+        labels[ends] = after[lengths > 0] if carried else IGNORE
     return labels
 
 

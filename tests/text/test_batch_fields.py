@@ -162,3 +162,25 @@ def test_a_loss_mask_that_does_not_fit_is_refused(tmp_path: Path) -> None:
         writer.write({"tokens": ids[0], "loss_mask": np.ones(6, np.int32)})
     with pytest.raises(DataError, match=r"column 'loss_mask' is int32\[\]; a loss mask is uint8"):
         dp.TokenLoader(tmp_path / "wide", max_tokens=64)
+
+
+def test_msgpack_shards_give_the_same_masked_split_batches(tmp_path: Path) -> None:
+    """msgpack keeps no offsets: documents and masks are read record by record there."""
+    rng = np.random.default_rng(4)
+    lengths = [int(n) for n in rng.integers(1, 90, 30)]
+    masks = [rng.integers(0, 2, n).astype(np.uint8) for n in lengths]
+
+    def batches(shard_format: str) -> list[dict]:
+        write_documents(tmp_path / shard_format, lengths, loss_masks=masks,
+                        shard_format=shard_format)
+        with dp.TokenLoader(tmp_path / shard_format, max_tokens=100, max_seq_len=40,
+                            add_fields=("shift_labels", "segment_start"), seed=2) as loader:
+            return list(loader)
+
+    arrow, msgpack = batches("arrow"), batches("msgpack")
+    assert len(arrow) == len(msgpack)
+    for a, m in zip(arrow, msgpack, strict=True):
+        assert all(torch.equal(a[k], m[k]) for k in ("input_ids", "labels", "segment_start"))
+        assert a["num_loss_tokens"] == m["num_loss_tokens"]
+        assert a["num_loss_tokens"] == int((a["labels"] != -100).sum())
+    assert any((b["segment_start"] > 0).any() for b in arrow), "documents were split"
