@@ -128,7 +128,8 @@ def plan_padded(pieces: Pieces, max_tokens: int, pad_multiple: int, batch_size: 
     Pieces are whole documents here: padded rows never split one. rng None (no shuffle):
     documents in their order, each batch as many as fit the budget at its longest."""
     if rng is None:
-        return _plan_padded_in_order(pieces, max_tokens, pad_multiple, batch_size)
+        return _plan_padded_in_order(pieces, max_tokens, pad_multiple, batch_size,
+                                     batch_multiple)
     sizes = pieces.sizes
     check_fits_padded(sizes, max_tokens, pad_multiple, pieces.doc)
     padded = round_up(sizes, pad_multiple)
@@ -149,21 +150,24 @@ def plan_padded(pieces: Pieces, max_tokens: int, pad_multiple: int, batch_size: 
 
 
 def _plan_padded_in_order(pieces: Pieces, max_tokens: int, pad_multiple: int,
-                          batch_size: int | None) -> TokenPlan:
-    """Consecutive documents per batch, while rows x the longest padded length fits (one
-    step per batch, at planning time only)."""
+                          batch_size: int | None, batch_multiple: int) -> TokenPlan:
+    """Consecutive documents per batch, as many as fit the budget at their longest (rounded
+    down to `batch_multiple` rows where there are that many). A step per document, at
+    planning time only."""
     sizes = pieces.sizes
     check_fits_padded(sizes, max_tokens, pad_multiple, pieces.doc)
-    padded = round_up(sizes, pad_multiple)
-    cuts, longest, first = [0], 0, 0
-    for i, width in enumerate(padded.tolist()):
-        longest = max(longest, width)
-        rows = i - first + 1
-        if rows > 1 and (longest * rows > max_tokens or (batch_size and rows > batch_size)):
-            cuts.append(i)
-            first, longest = i, width
-    if len(sizes):
-        cuts.append(len(sizes))
+    padded = round_up(sizes, pad_multiple).tolist()
+    cuts, first = [0], 0
+    while first < len(padded):
+        longest, last = padded[first], first + 1
+        while last < len(padded) and max(longest, padded[last]) * (last - first + 1) \
+                <= max_tokens and not (batch_size and last - first >= batch_size):
+            longest, last = max(longest, padded[last]), last + 1
+        rows = last - first
+        if rows >= batch_multiple:
+            rows -= rows % batch_multiple
+        first += rows
+        cuts.append(first)
     return TokenPlan(pieces.doc, pieces.start, pieces.end, np.arange(len(sizes) + 1),
                      np.asarray(cuts, dtype=np.int64))
 

@@ -99,6 +99,15 @@ def test_shuffle_false_keeps_document_order(corpus, options: dict) -> None:
     assert order == sorted(order) and sorted(set(order)) == list(range(len(LENGTHS)))
 
 
+def test_shuffle_false_padded_batches_keep_their_limits(corpus) -> None:
+    path, _ = corpus
+    with dp.TokenLoader(path, max_tokens=128, layout="padded", shuffle=False,
+                        pad_to_multiple_of=8, batch_multiple_of=2, batch_size=3) as loader:
+        for batch in loader:
+            rows, width = batch["input_ids"].shape
+            assert rows * width <= 128 and rows <= 3 and (rows == 2 or rows == 1)
+
+
 def test_loss_mask_column_masks_the_targets(tmp_path: Path) -> None:
     """A supervised dataset: 1 where the loss counts the prediction of that token."""
     lengths = [8, 5, 12]
