@@ -27,7 +27,12 @@ ALIASES = {"str": "string", "int": "int64", "float": "float64"}
 RESERVED = {
     "images": {"height", "width", "index", "is_padding"},
     "text": {"length", "index", "is_padding", "input_ids", "labels", "position_ids",
-             "cu_seqlens", "max_seqlen", "attention_mask", "num_real_tokens", "efficiency"},
+             "cu_seqlens", "max_seqlen", "attention_mask", "num_real_tokens", "efficiency",
+             # TokenLoader's loss count and optional fields (datapipe.text.fields); not
+             # loss_mask: a supervised dataset's own column, which TokenLoader applies
+             "num_loss_tokens", "shift_labels", "seq_idx", "segment_start", "cu_seq_lens_q",
+             "cu_seq_lens_k", "max_length_q", "max_length_k", "cu_seq_q", "cu_seq_k", "max_q",
+             "max_k"},
     "table": set(),
 }
 TYPES_HELP = ("jpeg, png, image, pixels, bytes, string, a number (int8 ... uint64, float16, "

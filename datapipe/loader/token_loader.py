@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,9 @@ from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.extra_columns import add_to_batch
 from datapipe.loader.extra_columns import choose as extra_column_names
 from datapipe.loader.progress_state import manifest_fingerprint
-from datapipe.loader.token_batches import TokenBatchBuilder
+from datapipe.loader.token_batches import LOSS_MASK, TokenBatchBuilder, split_slot
 from datapipe.sampling.order import epoch_permutation
+from datapipe.sampling.overflow import Overflow
 from datapipe.sampling.tokens import (
     LAYOUTS,
     Pieces,
@@ -35,8 +37,10 @@ from datapipe.sampling.tokens import (
     plan_fixed,
     plan_packed,
     plan_padded,
+    round_up,
 )
-from datapipe.text.collate import CollateOptions, collate
+from datapipe.text.collate import CollateOptions, Gathered, collate
+from datapipe.text.fields import OPTIONAL_FIELDS, resolve
 from datapipe.text.index import document_lengths
 
 # The keys of a batch, per layout (see datapipe.text.collate), for `fields`.
@@ -46,7 +50,7 @@ BATCH_KEYS = {
     "fixed": ("input_ids", "labels", "position_ids", "attention_mask", "cu_seqlens",
               "max_seqlen"),
 }
-COMMON_KEYS = ("num_real_tokens", "efficiency", "index", "is_padding")
+COMMON_KEYS = ("num_real_tokens", "num_loss_tokens", "efficiency", "index", "is_padding")
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class _RankPlan:
 
     plan: TokenPlan
     is_pad: np.ndarray  # per batch
+    lengths: np.ndarray | None = None  # per document; None: no piece carries a target on
 
     def __len__(self) -> int:
         return len(self.plan)
@@ -64,8 +69,9 @@ class _RankPlan:
         return doc, np.full(len(doc), self.is_pad[b])
 
     def extra(self, b: int) -> dict[str, Any]:
-        _, start, end, rows = self.plan.batch(b)
-        return {"start": start, "end": end, "rows": rows}
+        doc, start, end, rows = self.plan.batch(b)
+        cut = None if self.lengths is None else self.lengths[doc] > end  # split pieces
+        return {"start": start, "end": end, "rows": rows, "cut": cut}
 
 
 class TokenLoader(LoaderBase):
@@ -82,6 +88,18 @@ class TokenLoader(LoaderBase):
     one value per entry of `index`: a tensor for numbers and fixed-shape arrays, else a list.
     `fields=("input_ids", "labels")` yields that tuple instead of the dict.
 
+    `preset="hf" | "varlen" | "flex" | "megatron"` shapes batches for that stack (layout,
+    `labels` convention, (1, T) tensors, optional fields such as `seq_idx` or
+    `cu_seq_lens_q`); `labels`, `batch_dim` and `add_fields` set them one by one (see
+    datapipe.text.fields and docs/text.md). `num_loss_tokens` counts the targets that count;
+    `loss_tokens_seen` sums it over the batches handed out. A dataset with a `loss_mask`
+    column (supervised fine-tuning) has the targets it masks set to -100.
+
+    `max_seq_len` caps one sequence (default: the budget); `overflow` says what a longer
+    document becomes: "split" (packed and fixed: pieces, each piece's last target the next
+    piece's first token, `continue_positions=True` numbering positions on), "truncate" or
+    "drop" (counted in `documents_dropped` and `tokens_dropped`, and warned of).
+
     verify="cheap" (the default) checks each shard's token offsets and lengths as it is opened
     and every batch's ids against the vocabulary size, in the workers; verify="open" also hashes
     every shard against the manifest when the loader is made (once: workers inherit the result).
@@ -92,7 +110,7 @@ class TokenLoader(LoaderBase):
     """
 
     def __init__(self, path: str | Path, max_tokens: int | None = None, *,
-                 batch_size: int | None = None, layout: str = "packed", seq_len: int = 0,
+                 batch_size: int | None = None, layout: str | None = None, seq_len: int = 0,
                  shuffle: bool = True, seed: int = 0, num_workers: int = 0,
                  pad_to_multiple_of: int = 1, batch_multiple_of: int = 1, pad_id: int = 0,
                  tokenizer: str | None = None, rank: int | None = None,
@@ -101,8 +119,17 @@ class TokenLoader(LoaderBase):
                  pack_window: int = 16384, verify: str = "cheap",
                  cache_dir: str | Path | None = None, cache_size: int | str | None = None,
                  fields: Iterable[str] | None = None,
-                 extra_columns: tuple[str, ...] | None = None) -> None:
+                 extra_columns: tuple[str, ...] | None = None, preset: str | None = None,
+                 labels: str | None = None, batch_dim: bool | None = None,
+                 add_fields: Iterable[str] = (), continue_positions: bool = False,
+                 max_seq_len: int | None = None, overflow: str | None = None) -> None:
         super().__init__(path, fields)
+        continue_positions = check_flag("continue_positions", continue_positions)
+        if batch_dim is not None:
+            batch_dim = check_flag("batch_dim", batch_dim)
+        asked = tuple(f for f in fields or () if f in OPTIONAL_FIELDS)  # `fields` asks too
+        layout, self.batch_fields = resolve(preset, layout, labels, batch_dim,
+                                            (*add_fields, *asked), continue_positions)
         self.path = resolve_location(path, cache_dir, cache_size)
         verify = check_verify_mode(verify)
         seed = check_counter("seed", seed)
@@ -120,11 +147,13 @@ class TokenLoader(LoaderBase):
         self.bucket_batches = check_counter("bucket_batches", bucket_batches, minimum=1)
         self.pack_window = check_counter("pack_window", pack_window, minimum=1)
         self._validate()
+        self.overflow = self._overflow(check_optional("max_seq_len", max_seq_len, minimum=1),
+                                       overflow)
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self._group_implicit = rank is None and world_size is None
         self.device = resolve_device(device)
         self.collate_options = CollateOptions(layout, pad_id, self.pad_to_multiple_of,
-                                              self.seq_len)
+                                              self.seq_len, self.batch_fields)
         with Dataset(self.path, verify=verify) as ds:
             _check_text_dataset(ds, tokenizer)
             if verify == "open":
@@ -132,17 +161,22 @@ class TokenLoader(LoaderBase):
             self.lengths = document_lengths(ds)
             self.token_dtype = ds.manifest.column("tokens").numpy_dtype
             self._manifest = manifest_fingerprint(ds.manifest)
-            extras = extra_column_names(ds.manifest, extra_columns, {"tokens", "length"})
-        self._check_fields(BATCH_KEYS.get(layout, ()) + COMMON_KEYS + extras)
+            self.has_loss_mask = LOSS_MASK in ds.manifest.column_names
+            extras = extra_column_names(ds.manifest, extra_columns,
+                                        {"tokens", "length", LOSS_MASK})
+        self._check_fields(BATCH_KEYS[layout] + COMMON_KEYS + extras
+                           + tuple(sorted(self.batch_fields.optional)))
         self.num_documents = len(self.lengths)
+        self._report_overflow()
         if layout == "padded" and max_tokens is not None:
-            check_fits_padded(self.lengths, max_tokens, pad_to_multiple_of)  # fail early
+            check_fits_padded(self._planned_lengths(), max_tokens, pad_to_multiple_of)
         self._tokens_seen = 0
         self._tokens_computed = 0
+        self._loss_tokens_seen = 0
         tokens = self._max_batch_tokens()
         self._producer = BatchProducer(
             functools.partial(TokenBatchBuilder, self.path, verify, extras), num_workers,
-            prefetch, tokens * self.token_dtype.itemsize, persistent)
+            prefetch, tokens * (self.token_dtype.itemsize + self.has_loss_mask), persistent)
         self._producer.check_memory(self._passes.owner, f"a batch of up to {tokens:,} tokens "
                                     f"({self.token_dtype})", "max_tokens (or batch_size, or "
                                     "seq_len), num_workers or prefetch")
@@ -163,6 +197,43 @@ class TokenLoader(LoaderBase):
                 self.max_tokens < self.pad_to_multiple_of:
             raise ArgumentError(f"max_tokens={self.max_tokens} is smaller than "
                                 f"pad_to_multiple_of={self.pad_to_multiple_of}")
+
+    def _overflow(self, cap: int | None, mode: str | None) -> Overflow | None:
+        """The long-document policy; None: today's (split at the budget; padded refuses)."""
+        if mode is None and cap is None:
+            return None
+        if self.layout == "padded" and mode in (None, "split"):
+            raise ArgumentError(f"overflow={mode!r}: layout='padded' never splits a document; "
+                                "give overflow='truncate' or 'drop'")
+        budget = {"packed": self.max_tokens and self.max_tokens // self.pad_to_multiple_of
+                  * self.pad_to_multiple_of, "fixed": self.seq_len,
+                  "padded": self.max_tokens}[self.layout]
+        need = cap if cap is None or self.layout != "padded" else round_up(
+            cap, self.pad_to_multiple_of)
+        if budget is not None and need is not None and need > budget:
+            raise ArgumentError(f"max_seq_len={cap} is more than one batch holds "
+                                f"({'seq_len' if self.layout == 'fixed' else 'max_tokens'}="
+                                f"{budget}); lower it or raise the budget")
+        if cap is None and budget is None:
+            raise ArgumentError(f"overflow={mode!r} needs max_seq_len (no max_tokens to cap at)")
+        return Overflow(cap or budget, mode or "split")
+
+    def _planned_lengths(self) -> np.ndarray:
+        """The lengths the planner sees: every document, or the ones the policy keeps."""
+        if self.overflow is None:
+            return self.lengths
+        order, lengths = self.overflow.apply(np.arange(self.num_documents), self.lengths)
+        return lengths[order]
+
+    def _report_overflow(self) -> None:
+        """Documents and tokens the policy leaves out of every epoch: counted, and said once."""
+        dropped = self.overflow.dropped(self.lengths) if self.overflow else (0, 0)
+        self.documents_dropped, self.tokens_dropped = dropped
+        if self.tokens_dropped:
+            warnings.warn(f"{self.path}: overflow={self.overflow.mode!r} leaves out "
+                          f"{self.documents_dropped:,} documents and {self.tokens_dropped:,} "
+                          f"tokens of every epoch (longer than max_seq_len={self.overflow.cap})",
+                          RuntimeWarning, stacklevel=3)
 
     def _rows_per_batch(self) -> int:
         rows = self.batch_size or max(1, self.max_tokens // self.seq_len)
@@ -185,22 +256,29 @@ class TokenLoader(LoaderBase):
 
     def _epoch_start(self, epoch: int) -> TokenRemainder:
         order = epoch_permutation(self.num_documents, self.seed, epoch, self.shuffle)
-        return TokenRemainder.start(order, self.lengths,
-                                    functools.partial(self._global_plan, epoch))
+        lengths = self.lengths
+        if self.overflow is not None:
+            order, lengths = self.overflow.apply(order, lengths)
+        return TokenRemainder.start(order, lengths, functools.partial(self._global_plan, epoch))
 
     def _global_plan(self, epoch: int, pieces: Pieces) -> TokenPlan:
         """All ranks' batches of `pieces` (an epoch, or what is left of it), in drawing order."""
-        rng = np.random.default_rng([self.seed, epoch, 0x70C])
+        rng = np.random.default_rng([self.seed, epoch, 0x70C]) if self.shuffle else None
+        cap = self.overflow.cap if self.overflow is not None else None
         if self.layout == "packed":
             return plan_packed(pieces, self.max_tokens or 1 << 62, self.pad_to_multiple_of,
-                               self.batch_size)
+                               self.batch_size, cap)
         if self.layout == "padded":
             return plan_padded(pieces, self.max_tokens or 1 << 62, self.pad_to_multiple_of,
                                self.batch_size, self.batch_multiple_of, self.bucket_batches, rng)
-        return plan_fixed(pieces, self.seq_len, self._rows_per_batch(), self.pack_window, rng)
+        return plan_fixed(pieces, self.seq_len, self._rows_per_batch(), self.pack_window, rng,
+                          cap)
 
     def _rank_plan(self, rest: TokenRemainder) -> _RankPlan:
-        return _RankPlan(*rest.rank_plan(self.rank, self.world_size))
+        # A truncated document's rest is not trained on: its last target stays -100.
+        carry = self.overflow is None or self.overflow.mode == "split"
+        return _RankPlan(*rest.rank_plan(self.rank, self.world_size),
+                         self.lengths if carry else None)
 
     # --- iteration -----------------------------------------------------------------------
 
@@ -211,6 +289,8 @@ class TokenLoader(LoaderBase):
         for b, batch in prefetch_to_device(host, self.device):
             self._report(b)
             self._handed_out(b, len(plan))
+            if not batch["is_padding"]:  # counted as handed out, not as built ahead
+                self._loss_tokens_seen += batch["num_loss_tokens"]
             yield batch
         self._finish_empty(start, len(plan))
 
@@ -220,18 +300,27 @@ class TokenLoader(LoaderBase):
         for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start, upcoming),
                                          start):
             t0 = time.perf_counter()
-            tokens = slot[: meta["count"] * self.token_dtype.itemsize].numpy() \
-                .view(self.token_dtype)
-            batch = collate(tokens, np.asarray(meta["seg_lengths"], dtype=np.int64),
-                            np.asarray(meta["rows"], dtype=np.int64), self.collate_options)
-            batch["index"] = torch.from_numpy(np.asarray(meta["index"], dtype=np.int64))
+            tokens, mask = split_slot(slot.numpy(), self.token_dtype, self.has_loss_mask)
+            count = meta["count"]
+            pieces = Gathered(np.asarray(meta["index"], dtype=np.int64),
+                                    np.asarray(meta["seg_starts"], dtype=np.int64),
+                                    meta["after"], None if mask is None else mask[:count])
+            batch = collate(tokens[:count], np.asarray(meta["seg_lengths"], dtype=np.int64),
+                            np.asarray(meta["rows"], dtype=np.int64), self.collate_options,
+                            pieces)
             batch["is_padding"] = bool(plan.is_pad[b])
-            add_to_batch(batch, meta["columns"])
+            add_to_batch(batch, _aligned(meta["columns"], batch["index"]))
             if not batch["is_padding"]:
                 self._tokens_seen += batch["num_real_tokens"]
                 self._tokens_computed += batch["input_ids"].numel()
             self._record(b, meta, {"collate": time.perf_counter() - t0})
             yield b, batch
+
+    @property
+    def loss_tokens_seen(self) -> int:
+        """Targets that counted, over all real batches handed out so far (padding repeats
+        excluded): the denominator for a loss summed over several accumulated batches."""
+        return self._loss_tokens_seen
 
     @property
     def efficiency(self) -> float:
@@ -245,6 +334,8 @@ class TokenLoader(LoaderBase):
                     "rank": self.rank, "world_size": self.world_size,
                     "pad_to_multiple_of": self.pad_to_multiple_of,
                     "batch_multiple_of": self.batch_multiple_of, "manifest": self._manifest}
+        if self.overflow is not None:  # only when set: a state saved before reads the same
+            identity["overflow"] = [self.overflow.mode, self.overflow.cap]
         # What else shapes this layout's batches (only there: elsewhere they change nothing).
         if self.layout == "padded":
             identity["bucket_batches"] = self.bucket_batches
@@ -253,11 +344,33 @@ class TokenLoader(LoaderBase):
         return identity
 
 
+def _aligned(columns: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
+    """Metadata values, one per entry of `index`: a padding sequence (-1, only ever a packed
+    batch's last) gets 0 or None."""
+    if not len(index) or index[-1] >= 0:
+        return columns
+    filler = np.flatnonzero(index.numpy() < 0)
+    at = filler - np.arange(len(filler))  # np.insert's positions: before the shifted entries
+    out: dict[str, Any] = {}
+    for name, value in columns.items():
+        if isinstance(value, np.ndarray):
+            out[name] = np.insert(value, at, np.zeros((), value.dtype), axis=0)
+        else:
+            out[name] = list(value)
+            for i in filler.tolist():
+                out[name].insert(i, None)
+    return out
+
+
 def _check_text_dataset(ds: Dataset, tokenizer: str | None) -> None:
     manifest = ds.manifest
     if manifest.kind != "text":
         raise DataError(f"{ds.directory}: a {manifest.kind} dataset; TokenLoader reads text")
     refuse_empty(ds)
+    if LOSS_MASK in manifest.column_names and manifest.column(LOSS_MASK).type != "uint8[]":
+        raise DataError(f"{ds.directory}: column {LOSS_MASK!r} is "
+                        f"{manifest.column(LOSS_MASK).type}; a loss mask is uint8[], one 0 or 1 "
+                        "per token")
     if tokenizer is None:
         return
     stored = manifest.tokenizer or {}

@@ -97,10 +97,11 @@ def _greedy_cuts(sizes: np.ndarray, budget: int, max_count: int | None) -> np.nd
 
 
 def plan_packed(pieces: Pieces, max_tokens: int, pad_multiple: int,
-                batch_size: int | None) -> TokenPlan:
-    """Documents back to back, cut by token budget; longer documents are split to fit."""
+                batch_size: int | None, max_len: int | None = None) -> TokenPlan:
+    """Documents back to back, cut by token budget; longer documents (or longer than
+    `max_len`) are split to fit."""
     budget = (max_tokens // pad_multiple) * pad_multiple
-    doc, start, end = split_documents(pieces, budget)
+    doc, start, end = split_documents(pieces, min(budget, max_len or budget))
     batch_offsets = _greedy_cuts(end - start, budget, batch_size)
     return TokenPlan(doc, start, end, np.arange(len(doc) + 1), batch_offsets)
 
@@ -120,10 +121,15 @@ def check_fits_padded(lengths: np.ndarray, max_tokens: int, pad_multiple: int,
 
 
 def plan_padded(pieces: Pieces, max_tokens: int, pad_multiple: int, batch_size: int | None,
-                batch_multiple: int, bucket_batches: int, rng: np.random.Generator) -> TokenPlan:
+                batch_multiple: int, bucket_batches: int,
+                rng: np.random.Generator | None) -> TokenPlan:
     """Length-bucketed batches: sort each mega-batch by length, then cut so that
     rows x padded length stays within the budget (the length-grouped sampler's recipe).
-    Pieces are whole documents here: padded rows never split one."""
+    Pieces are whole documents here: padded rows never split one. rng None (no shuffle):
+    documents in their order, each batch as many as fit the budget at its longest."""
+    if rng is None:
+        return _plan_padded_in_order(pieces, max_tokens, pad_multiple, batch_size,
+                                     batch_multiple)
     sizes = pieces.sizes
     check_fits_padded(sizes, max_tokens, pad_multiple, pieces.doc)
     padded = round_up(sizes, pad_multiple)
@@ -143,6 +149,29 @@ def plan_padded(pieces: Pieces, max_tokens: int, pad_multiple: int, batch_size: 
                      offsets(rows[shuffled]))
 
 
+def _plan_padded_in_order(pieces: Pieces, max_tokens: int, pad_multiple: int,
+                          batch_size: int | None, batch_multiple: int) -> TokenPlan:
+    """Consecutive documents per batch, as many as fit the budget at their longest (rounded
+    down to `batch_multiple` rows where there are that many). A step per document, at
+    planning time only."""
+    sizes = pieces.sizes
+    check_fits_padded(sizes, max_tokens, pad_multiple, pieces.doc)
+    padded = round_up(sizes, pad_multiple).tolist()
+    cuts, first = [0], 0
+    while first < len(padded):
+        longest, last = padded[first], first + 1
+        while last < len(padded) and max(longest, padded[last]) * (last - first + 1) \
+                <= max_tokens and not (batch_size and last - first >= batch_size):
+            longest, last = max(longest, padded[last]), last + 1
+        rows = last - first
+        if rows >= batch_multiple:
+            rows -= rows % batch_multiple
+        first += rows
+        cuts.append(first)
+    return TokenPlan(pieces.doc, pieces.start, pieces.end, np.arange(len(sizes) + 1),
+                     np.asarray(cuts, dtype=np.int64))
+
+
 def _bucket_ends(padded: np.ndarray, mega_end: np.ndarray, max_tokens: int,
                  batch_size: int | None, batch_multiple: int) -> np.ndarray:
     """Where a batch that begins at each place of the longest-first order ends: as many rows
@@ -158,18 +187,33 @@ def _bucket_ends(padded: np.ndarray, mega_end: np.ndarray, max_tokens: int,
 
 
 def plan_fixed(pieces: Pieces, seq_len: int, rows_per_batch: int, pack_window: int,
-               rng: np.random.Generator) -> TokenPlan:
+               rng: np.random.Generator | None, max_len: int | None = None) -> TokenPlan:
     """Rows of exactly `seq_len` tokens filled by best-fit-decreasing packing of whole
-    documents (longer ones split into `seq_len` pieces), packed window by window."""
-    doc, start, end = split_documents(pieces, seq_len)
-    packed, row_of, num_rows = _pack_windows(end - start, seq_len, pack_window)
-    shuffled = rng.permutation(num_rows)
+    documents (longer ones split into pieces of `seq_len`, or `max_len`), packed window by
+    window. rng None (no shuffle): documents fill rows in their order, back to back."""
+    doc, start, end = split_documents(pieces, min(seq_len, max_len or seq_len))
+    if rng is None:
+        packed, row_of, num_rows = _pack_in_order(end - start, seq_len)
+    else:
+        packed, row_of, num_rows = _pack_windows(end - start, seq_len, pack_window)
+    shuffled = np.arange(num_rows) if rng is None else rng.permutation(num_rows)
     place = np.empty(num_rows, dtype=np.int64)
     place[shuffled] = np.arange(num_rows)
     segs = packed[np.argsort(place[row_of], kind="stable")]  # in a row: in packing order
     row_offsets = offsets(np.bincount(row_of, minlength=num_rows)[shuffled])
     batch_offsets = np.append(np.arange(0, num_rows, rows_per_batch), num_rows)
     return TokenPlan(doc[segs], start[segs], end[segs], row_offsets, batch_offsets)
+
+
+def _pack_in_order(sizes: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Next-fit: each item goes to the last row if it fits there, else opens a row."""
+    row_of = np.empty(len(sizes), dtype=np.int64)
+    row, room = -1, 0
+    for i, size in enumerate(sizes.tolist()):
+        if size > room or row < 0:
+            row, room = row + 1, capacity
+        row_of[i], room = row, room - size
+    return np.arange(len(sizes)), row_of, row + 1
 
 
 def _pack_windows(sizes: np.ndarray, capacity: int,
@@ -258,7 +302,7 @@ class TokenRemainder:
     @classmethod
     def start(cls, order: np.ndarray, lengths: np.ndarray,
               replan: Callable[[Pieces], TokenPlan]) -> TokenRemainder:
-        place = np.empty(len(order), dtype=np.int64)
+        place = np.full(len(lengths), -1, dtype=np.int64)  # -1: not in this epoch (dropped)
         place[order] = np.arange(len(order))
         return cls(replan(Pieces.whole(order, lengths)), replan, place)
 

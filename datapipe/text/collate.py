@@ -1,20 +1,32 @@
 """Turn the gathered tokens of a batch into model inputs, in one of three layouts.
 
-Labels are already shifted: ``labels[i]`` is the token after ``input_ids[i]`` in the same
-document, and -100 (ignored by cross-entropy) where that next token is not in the same
-sequence: at each sequence's end and on padding. A model computes
-``cross_entropy(logits.view(-1, V), labels.view(-1), ignore_index=-100)`` with no further shift.
+Labels are shifted by default: ``labels[i]`` is the token after ``input_ids[i]`` in the same
+document, and -100 (ignored by cross-entropy) where that next token does not count: at each
+document's end, on padding, on a token the loss mask leaves out. A model computes
+``cross_entropy(logits.view(-1, V), labels.view(-1), ignore_index=-100)`` with no further
+shift. A piece of a split document keeps its last target: the first token of the next piece.
+HF's convention and the optional fields are in `datapipe.text.fields` and `labels`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-IGNORE = -100
+from datapipe.text.fields import FLASH_FIELDS, VARLEN_FIELDS, BatchFields
+from datapipe.text.labels import (
+    IGNORE,
+    hf_labels,
+    positions,
+    sequence_ids,
+    shifted_labels,
+)
+
+# Keys holding one value per token: shaped (1, T) in a packed batch with batch_dim.
+PER_TOKEN = ("input_ids", "labels", "position_ids", "shift_labels", "seq_idx", "loss_mask")
 
 
 @dataclass(frozen=True)
@@ -23,80 +35,73 @@ class CollateOptions:
     pad_id: int = 0
     pad_to_multiple_of: int = 1
     seq_len: int = 0
+    fields: BatchFields = field(default_factory=BatchFields)
 
 
-def _shifted_labels(ids: np.ndarray, seq_lengths: np.ndarray) -> np.ndarray:
-    labels = np.empty(len(ids), dtype=np.int64)
-    labels[:-1] = ids[1:]
-    if len(ids):
-        labels[np.cumsum(seq_lengths)[seq_lengths > 0] - 1] = IGNORE
-    return labels
+@dataclass(frozen=True)
+class Gathered:
+    """What the workers gathered beside the ids, per segment (`docs`, `starts`: the document
+    and where in it the segment begins; `after`: the target of its last token, -100 at a
+    document's end) and per token (`mask`: the dataset's loss mask, None without one)."""
+
+    docs: np.ndarray
+    starts: np.ndarray
+    after: np.ndarray
+    mask: np.ndarray | None = None
 
 
-def _positions(seq_lengths: np.ndarray) -> np.ndarray:
-    total = int(seq_lengths.sum())
-    starts = np.repeat(np.cumsum(seq_lengths) - seq_lengths, seq_lengths)
-    return np.arange(total, dtype=np.int64) - starts
+@dataclass
+class _Sequences:
+    """The flat run of sequences a layout computes over: real segments and padding ones."""
 
-
-def _cu_seqlens(seq_lengths: np.ndarray) -> torch.Tensor:
-    cu = np.zeros(len(seq_lengths) + 1, dtype=np.int32)
-    np.cumsum(seq_lengths, out=cu[1:])
-    return torch.from_numpy(cu)
+    ids: np.ndarray
+    lengths: np.ndarray      # per sequence
+    is_filler: np.ndarray    # per sequence: padding, no document
+    real: int | np.ndarray   # the first `real` tokens are documents' (packed), or per token
+    after: np.ndarray        # per sequence
+    starts: np.ndarray       # per sequence
+    docs: np.ndarray         # per sequence, -1 for padding
+    mask: np.ndarray | None  # per token
 
 
 def collate(tokens: np.ndarray, seg_lengths: np.ndarray, row_offsets: np.ndarray,
-            options: CollateOptions) -> dict[str, Any]:
+            options: CollateOptions, pieces: Gathered | None = None) -> dict[str, Any]:
     """`tokens`: every segment's ids back to back; `row_offsets`: segments per row."""
     ids = tokens.astype(np.int64)
-    if options.layout == "packed":
-        return _packed(ids, seg_lengths, options)
+    if pieces is None:  # whole documents numbered in order, nothing carried across a cut
+        count = len(seg_lengths)
+        pieces = Gathered(np.arange(count), np.zeros(count, np.int64), np.full(count, IGNORE))
     if options.layout == "padded":
-        return _padded(ids, seg_lengths, options)
-    return _fixed(ids, seg_lengths, row_offsets, options)
+        return _padded(ids, seg_lengths, pieces, options)
+    if options.layout == "packed":
+        seqs = _packed_sequences(ids, seg_lengths, pieces, options)
+        return _finish(seqs, options, (len(seqs.ids),))
+    seqs = _fixed_sequences(ids, seg_lengths, row_offsets, pieces, options)
+    return _finish(seqs, options, (len(row_offsets) - 1, options.seq_len))
 
 
-def _packed(ids: np.ndarray, lengths: np.ndarray, options: CollateOptions) -> dict[str, Any]:
-    real = int(lengths.sum())
+def _packed_sequences(ids: np.ndarray, lengths: np.ndarray, pieces: Gathered,
+                      options: CollateOptions) -> _Sequences:
+    real = len(ids)
     extra = int(-real % options.pad_to_multiple_of)
-    if extra:  # one dummy tail sequence so the total is a multiple (Tensor Cores like 8)
-        ids = np.concatenate([ids, np.full(extra, options.pad_id, dtype=np.int64)])
-        lengths = np.append(lengths, extra)
-    labels = _shifted_labels(ids, lengths)
-    if extra:
-        labels[real:] = IGNORE
-    return {
-        "input_ids": torch.from_numpy(ids),
-        "labels": torch.from_numpy(labels),
-        "position_ids": torch.from_numpy(_positions(lengths)),
-        "cu_seqlens": _cu_seqlens(lengths),
-        "max_seqlen": int(lengths.max()) if len(lengths) else 0,
-        "num_real_tokens": real,
-        "efficiency": real / len(ids) if len(ids) else 1.0,
-    }
+    mask = pieces.mask
+    if not extra:  # the arrays as they are: no copy on the training thread
+        return _Sequences(ids, lengths, np.zeros(len(lengths), bool), real, pieces.after,
+                          pieces.starts, pieces.docs, mask)
+    filler = np.array([extra], dtype=np.int64)  # one dummy tail: a multiple (Tensor Cores)
+    return _Sequences(
+        ids=np.concatenate([ids, np.full(extra, options.pad_id, dtype=np.int64)]),
+        lengths=np.concatenate([lengths, filler]),
+        is_filler=np.concatenate([np.zeros(len(lengths), bool), np.ones(len(filler), bool)]),
+        real=real,
+        after=np.concatenate([pieces.after, np.full(len(filler), IGNORE)]),
+        starts=np.concatenate([pieces.starts, np.zeros(len(filler), np.int64)]),
+        docs=np.concatenate([pieces.docs, np.full(len(filler), -1)]),
+        mask=None if mask is None else np.concatenate([mask, np.zeros(extra, mask.dtype)]))
 
 
-def _padded(ids: np.ndarray, lengths: np.ndarray, options: CollateOptions) -> dict[str, Any]:
-    rows = len(lengths)
-    longest = int(lengths.max()) if rows else 0
-    width = -(-longest // options.pad_to_multiple_of) * options.pad_to_multiple_of
-    mask = np.arange(width)[None, :] < lengths[:, None]
-    grid = np.full((rows, width), options.pad_id, dtype=np.int64)
-    grid[mask] = ids
-    label_grid = np.full((rows, width), IGNORE, dtype=np.int64)
-    label_grid[mask] = _shifted_labels(ids, lengths)
-    real = int(lengths.sum())
-    return {
-        "input_ids": torch.from_numpy(grid),
-        "labels": torch.from_numpy(label_grid),
-        "attention_mask": torch.from_numpy(mask.astype(np.int64)),
-        "num_real_tokens": real,
-        "efficiency": real / grid.size if grid.size else 1.0,
-    }
-
-
-def _fixed(ids: np.ndarray, lengths: np.ndarray, row_offsets: np.ndarray,
-           options: CollateOptions) -> dict[str, Any]:
+def _fixed_sequences(ids: np.ndarray, lengths: np.ndarray, row_offsets: np.ndarray,
+                     pieces: Gathered, options: CollateOptions) -> _Sequences:
     """Rows of exactly seq_len; each row's free tail is a padding sequence of its own, so
     cu_seqlens over the flattened batch keeps attention inside documents."""
     seq_len, rows = options.seq_len, len(row_offsets) - 1
@@ -105,24 +110,126 @@ def _fixed(ids: np.ndarray, lengths: np.ndarray, row_offsets: np.ndarray,
     if rows and len(lengths):
         row_fill[np.diff(row_offsets) == 0] = 0
     tails = seq_len - row_fill
-    # Sequence lengths over the flattened batch: each row's segments, then its tail.
-    seq_lengths = np.insert(lengths, row_offsets[1:], tails)
-    is_tail = np.insert(np.zeros(len(lengths), dtype=bool), row_offsets[1:], True)
+    # Sequence lengths over the flattened batch: each row's segments, then its tail (kept
+    # only where the row has one, so that cu_seqlens has no empty padding sequence).
+    at = row_offsets[1:]
+    seq_lengths = np.insert(lengths, at, tails)
+    is_tail = np.insert(np.zeros(len(lengths), dtype=bool), at, True)
+    keep = ~is_tail | (seq_lengths > 0)
+    real = np.repeat(~is_tail, seq_lengths)
     flat = np.full(rows * seq_len, options.pad_id, dtype=np.int64)
-    real_positions = np.repeat(~is_tail, seq_lengths)
-    flat[real_positions] = ids
-    labels = _shifted_labels(flat, seq_lengths)
-    labels[~real_positions] = IGNORE
-    keep = seq_lengths > 0
+    flat[real] = ids
+    mask = None
+    if pieces.mask is not None:
+        mask = np.zeros(rows * seq_len, dtype=pieces.mask.dtype)
+        mask[real] = pieces.mask
+    return _Sequences(
+        ids=flat, lengths=seq_lengths[keep], is_filler=is_tail[keep], real=real,
+        after=np.insert(pieces.after, at, IGNORE)[keep],
+        starts=np.insert(pieces.starts, at, 0)[keep],
+        docs=np.insert(pieces.docs, at, -1)[keep], mask=mask)
+
+
+def _finish(seqs: _Sequences, options: CollateOptions, shape: tuple[int, ...]) -> dict[str, Any]:
+    """The keys of a layout whose sequences are cu_seqlens over the flattened batch."""
+    fields = options.fields
+    shifted = None  # made only when a key holds it: the training thread waits on this
+    if fields.labels == "shifted" or fields.wants("shift_labels") or fields.wants("loss_mask"):
+        shifted = _blank(shifted_labels(seqs.ids, seqs.lengths, seqs.after, seqs.mask),
+                         seqs.real)
+    labels = shifted
+    if fields.labels == "hf":
+        labels = _blank(hf_labels(seqs.ids, seqs.lengths, seqs.mask), seqs.real)
+    cu = np.zeros(len(seqs.lengths) + 1, dtype=np.int32)
+    np.cumsum(seqs.lengths, out=cu[1:])
+    max_seqlen = int(seqs.lengths.max()) if len(seqs.lengths) else 0
+    starts = seqs.starts if fields.continue_positions else None
+    real = seqs.real if isinstance(seqs.real, int) else int(np.count_nonzero(seqs.real))
+    per_token = {"input_ids": seqs.ids, "labels": labels,
+                 "position_ids": positions(seqs.lengths, starts)}
+    if fields.wants("shift_labels"):
+        per_token["shift_labels"] = shifted
+    if fields.wants("seq_idx"):
+        per_token["seq_idx"] = sequence_ids(seqs.lengths)
+    if fields.wants("loss_mask"):
+        per_token["loss_mask"] = (shifted != IGNORE).astype(np.float32)
+    batch: dict[str, Any] = {key: _shaped(value, shape, fields) for key, value in
+                             per_token.items()}
+    if options.layout == "fixed":
+        batch["attention_mask"] = _shaped(seqs.real.astype(np.int64), shape, fields)
+    cu_seqlens = torch.from_numpy(cu)
+    batch.update({"cu_seqlens": cu_seqlens, "max_seqlen": max_seqlen})
+    for name in (*FLASH_FIELDS, *VARLEN_FIELDS):
+        if fields.wants(name):
+            batch[name] = cu_seqlens if name.startswith("cu_") else max_seqlen
+    if fields.wants("segment_start"):
+        batch["segment_start"] = torch.from_numpy(seqs.starts)
+    batch.update({"num_real_tokens": real,
+                  "num_loss_tokens": _loss_targets(seqs, labels, fields.labels, real),
+                  "efficiency": real / len(seqs.ids) if len(seqs.ids) else 1.0,
+                  "index": torch.from_numpy(_index(seqs, options.layout))})
+    return batch
+
+
+def _blank(labels: np.ndarray, real: int | np.ndarray) -> np.ndarray:
+    """-100 on every padding token."""
+    if isinstance(real, int):
+        labels[real:] = IGNORE
+    else:
+        labels[~real] = IGNORE
+    return labels
+
+
+def _loss_targets(seqs: _Sequences, labels: np.ndarray, style: str, real: int) -> int:
+    """The labels that are not -100. Without a loss mask, counted per sequence rather than
+    per token: every real token is a target but one per document sequence (shifted: the last,
+    unless a split carries it on; HF: the first)."""
+    if seqs.mask is not None:
+        return int(np.count_nonzero(labels != IGNORE))
+    documents = (seqs.lengths > 0) & ~seqs.is_filler
+    if style == "hf":
+        return real - int(np.count_nonzero(documents))
+    return real - int(np.count_nonzero(documents & (seqs.after == IGNORE)))
+
+
+def _index(seqs: _Sequences, layout: str) -> np.ndarray:
+    """Packed: one entry per sequence of cu_seqlens, -1 for the padding tail. Fixed: the
+    documents (pieces) of the rows in order, without the rows' free tails (seq_idx numbers
+    those)."""
+    docs = seqs.docs if layout == "packed" else seqs.docs[~seqs.is_filler]
+    return docs.astype(np.int64, copy=False)
+
+
+def _shaped(values: np.ndarray, shape: tuple[int, ...], fields: BatchFields) -> torch.Tensor:
+    """Reshaped by numpy, before the tensor is made: a tensor's view costs more."""
+    if fields.batch_dim:
+        shape = (1, *shape)
+    return torch.from_numpy(values if values.shape == shape else values.reshape(shape))
+
+
+def _padded(ids: np.ndarray, lengths: np.ndarray, pieces: Gathered,
+            options: CollateOptions) -> dict[str, Any]:
+    rows = len(lengths)
+    longest = int(lengths.max()) if rows else 0
+    width = -(-longest // options.pad_to_multiple_of) * options.pad_to_multiple_of
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    grid = np.full((rows, width), options.pad_id, dtype=np.int64)
+    grid[mask] = ids
+    shifted = np.full((rows, width), IGNORE, dtype=np.int64)
+    shifted[mask] = shifted_labels(ids, lengths, pieces.after, pieces.mask)
+    labels = shifted
+    if options.fields.labels == "hf":
+        labels = np.full((rows, width), IGNORE, dtype=np.int64)
+        labels[mask] = hf_labels(ids, lengths, pieces.mask)
     real = int(lengths.sum())
-    return {
-        "input_ids": torch.from_numpy(flat.reshape(rows, seq_len)),
-        "labels": torch.from_numpy(labels.reshape(rows, seq_len)),
-        "position_ids": torch.from_numpy(_positions(seq_lengths).reshape(rows, seq_len)),
-        "attention_mask": torch.from_numpy(real_positions.reshape(rows, seq_len)
-                                           .astype(np.int64)),
-        "cu_seqlens": _cu_seqlens(seq_lengths[keep]),
-        "max_seqlen": int(seq_lengths.max()) if len(seq_lengths) else 0,
-        "num_real_tokens": real,
-        "efficiency": real / flat.size if flat.size else 1.0,
-    }
+    batch = {"input_ids": torch.from_numpy(grid), "labels": torch.from_numpy(labels),
+             "attention_mask": torch.from_numpy(mask.astype(np.int64))}
+    if options.fields.wants("shift_labels"):
+        batch["shift_labels"] = torch.from_numpy(shifted)
+    if options.fields.wants("loss_mask"):
+        batch["loss_mask"] = torch.from_numpy((shifted != IGNORE).astype(np.float32))
+    batch.update({"num_real_tokens": real,
+                  "num_loss_tokens": int(np.count_nonzero(labels != IGNORE)),
+                  "efficiency": real / grid.size if grid.size else 1.0,
+                  "index": torch.from_numpy(pieces.docs.astype(np.int64))})
+    return batch
