@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from datapipe.errors import DataError
-from datapipe.image.normalize import apply_table
+from datapipe.image.pixel_map import apply_table
 
 try:  # the optional C extension: region decode and resample straight from libjpeg-turbo
     from datapipe.image._jpeg import crop_into, decode_region

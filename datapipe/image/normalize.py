@@ -13,11 +13,6 @@ import torch
 
 from datapipe.image.transforms import Normalize
 
-try:  # the decoder's own output map, in C (an older build of the extension lacks it)
-    from datapipe.image._jpeg import map_into as _map_into
-except ImportError:
-    _map_into = None
-
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # How a worker holds each dtype. NumPy has no bfloat16: its values travel as their bit patterns.
 NUMPY_DTYPES = {"uint8": np.dtype(np.uint8), "float32": np.dtype(np.float32),
@@ -52,14 +47,3 @@ def normalize_table(step: Normalize) -> np.ndarray:
         values = values.view(torch.int16)  # the bits; NumPy reads them as uint16 below
     return np.ascontiguousarray(values.numpy()).view(NUMPY_DTYPES[step.dtype])
 
-
-def apply_table(pixels: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
-    """H x W x 3 uint8 `pixels` through `normalize_table`'s `table` into `out` (its dtype):
-    what the decoder writes when no step comes between it and the Normalize. One pass in C; a
-    channel at a time in NumPy without the extension (a 3 x 256 fancy index costs a
-    millisecond per 224 x 224 image)."""
-    if _map_into is not None and pixels.flags.c_contiguous:
-        _map_into(pixels, table, out)
-        return
-    for channel in range(3):
-        out[..., channel] = table[channel][pixels[..., channel]]

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from datapipe.errors import ArgumentError
-from datapipe.image.normalize import apply_table, normalize_table
+from datapipe.image.normalize import normalize_table
+from datapipe.image.pixel_map import apply_table
 from datapipe.image.placement import ViewSpec, step_name
 from datapipe.image.sample_random import SampleGenerators
 from datapipe.image.steps import PerSample

@@ -39,15 +39,15 @@ def test_apply_table_maps_every_byte_as_the_table_says(dtype: str, in_c: bool,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The pass that normalises pixels a step changed after decode: the extension's map, or a
     channel at a time without it, both exactly the table."""
-    from datapipe.image import normalize
+    from datapipe.image import pixel_map
 
-    if in_c and normalize._map_into is None:
+    if in_c and pixel_map._map_into is None:
         pytest.skip("the C extension is not built")
     if not in_c:
-        monkeypatch.setattr(normalize, "_map_into", None)
+        monkeypatch.setattr(pixel_map, "_map_into", None)
     table = normalize_table(dp.image.Normalize(dtype=dtype))
     pixels = np.random.default_rng(0).integers(0, 256, (37, 53, 3), dtype=np.uint8)
     pixels[0, :3] = [[0, 0, 0], [255, 255, 255], [1, 128, 254]]
     out = np.empty(pixels.shape, table.dtype)
-    normalize.apply_table(pixels, table, out)
+    pixel_map.apply_table(pixels, table, out)
     assert np.array_equal(out, table[np.arange(3), pixels])
