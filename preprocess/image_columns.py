@@ -8,7 +8,9 @@ from typing import Any
 
 from datapipe.errors import ArgumentError
 
-RESERVED_COLUMNS = {"image", "label", "height", "width", "path"}
+# The columns every image dataset has, and the keys dp.Loader adds to each batch beside them
+# (a column of the same name would be handed out under a key the loader overwrites).
+RESERVED_COLUMNS = {"image", "label", "height", "width", "path", "index", "is_padding"}
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -17,8 +19,8 @@ def check_extra_names(src: object, names: list[str], what: str = "column name") 
     clash = RESERVED_COLUMNS.intersection(names)
     if clash:
         raise ArgumentError(f"SRC {src}: {what} {sorted(clash)[0]!r} is reserved (the "
-                            f"columns {', '.join(sorted(RESERVED_COLUMNS))} every image "
-                            "dataset has)")
+                            f"columns and batch keys {', '.join(sorted(RESERVED_COLUMNS))} "
+                            "every image dataset has)")
 
 
 def class_labels(raw: list[Any]) -> tuple[list[int | None], tuple[str, ...] | None]:

@@ -151,11 +151,13 @@ def test_a_folder_of_tars_and_parquet_asks_which(cli, tmp_path: Path) -> None:
     assert chosen.code == 0, chosen.err
 
 
-def test_a_scalar_column_with_a_reserved_name_is_one_line(cli, tmp_path: Path) -> None:
-    write_hf_parquet(tmp_path / "x.parquet", [photo(0)], label=[0], height=[480])
+@pytest.mark.parametrize("name", ["height", "index"])  # index: a key of every Loader batch
+def test_a_scalar_column_with_a_reserved_name_is_one_line(cli, tmp_path: Path,
+                                                          name: str) -> None:
+    write_hf_parquet(tmp_path / "x.parquet", [photo(0)], label=[0], **{name: [480]})
     result = cli("convert", "images", tmp_path / "x.parquet", tmp_path / "out")
     assert result.code == 2
-    assert result.err.startswith("datapipe: error: SRC x.parquet: column name 'height' is "
+    assert result.err.startswith(f"datapipe: error: SRC x.parquet: column name {name!r} is "
                                  "reserved")
 
 
