@@ -84,6 +84,12 @@ def become_worker(lifeline: Lifeline) -> None:
         os._exit(1)
     threading.Thread(target=_watch_parent, args=(lifeline.parent_pid,), daemon=True,
                      name="datapipe-parent-watch").start()
+    # One intra-op thread, as torch's DataLoader gives its workers: a user's step that calls
+    # torch per sample (torchvision v2) otherwise spreads over every core in every worker,
+    # and the workers fight for them (the recipe group's run was 6x slower than torch's).
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 def _set_parent_death_signal(sig: int) -> None:
