@@ -58,8 +58,8 @@ class TextGroup(Group):
              "datapipe", layout="fixed"),
         peer("flattening", "HF DataCollatorWithFlattening + DataLoader (workers 2)",
              tp.run_hf_flattening, "flattening", workers=2),
-        peer("hf-preset", 'datapipe TokenLoader (preset="hf")', tp.run_datapipe_preset,
-             "datapipe", preset="hf"),
+        peer("hf-preset", 'datapipe TokenLoader (preset="hf")', tp.run_datapipe, "datapipe",
+             preset="hf"),
     )
 
     def prepare(self, opts: Options, outcomes: dict[str, Outcome]) -> dict[str, Any]:

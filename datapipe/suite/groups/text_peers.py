@@ -191,18 +191,19 @@ def run_memmap(job: Job) -> Record:
     return one_epoch(batches, lambda b: (b["input_ids"].numel(), b["input_ids"].numel()))
 
 
-def run_datapipe(job: Job, layout: str) -> Record:
-    """TokenLoader in `layout`; its start-up measured first with the length cache to build."""
+def run_datapipe(job: Job, layout: str | None = None, preset: str | None = None) -> Record:
+    """TokenLoader in `layout` (or a consumer's `preset`: its layout and field names); its
+    start-up measured first with the length cache to build, then an epoch of a second one."""
     import datapipe
     import datapipe.loader  # imported before the clock starts, as for the others
 
     extra = {"padded": {"pad_to_multiple_of": PAD_MULTIPLE}, "fixed": {"seq_len": BLOCK}}
+    chosen = {"preset": preset} if preset else {"layout": layout, **extra.get(layout, {})}
     loaders: list[Any] = []
 
     def make() -> Any:
-        loaders.append(datapipe.TokenLoader(job.data, max_tokens=job.max_tokens, layout=layout,
-                                            shuffle=True, seed=job.seed, num_workers=0,
-                                            **extra.get(layout, {})))
+        loaders.append(datapipe.TokenLoader(job.data, max_tokens=job.max_tokens, shuffle=True,
+                                            seed=job.seed, num_workers=0, **chosen))
         return loaders[-1]
 
     for cache in Path(job.data).glob(".datapipe-lengths-*.npy"):
@@ -232,14 +233,3 @@ def run_hf_flattening(job: Job, workers: int) -> Record:
                                         generator=torch.Generator().manual_seed(job.seed)),
                      lambda b: (b["input_ids"].numel(), b["input_ids"].numel()))
 
-
-def run_datapipe_preset(job: Job, preset: str) -> Record:
-    """TokenLoader with a consumer's preset (its layout and field names), as run_datapipe."""
-    import datapipe
-    import datapipe.loader  # imported before the clock starts, as for the others
-
-    def make() -> Any:
-        return datapipe.TokenLoader(job.data, max_tokens=job.max_tokens, preset=preset,
-                                    shuffle=True, seed=job.seed, num_workers=0)
-
-    return one_epoch(make, lambda b: (b["num_real_tokens"], b["input_ids"].numel()))
