@@ -100,21 +100,21 @@ def takes_tensors(fn: Any) -> bool:
         isinstance(fn, torch.nn.Module)
 
 
+def seed_globals(seed: int) -> None:
+    """torch's (CPU) and NumPy's global generators from `seed`."""
+    torch.default_generator.manual_seed(seed)  # torch.manual_seed seeds every device: 0.2 ms
+    np.random.seed(seed % 2**32)
+
+
 @contextlib.contextmanager
 def seeded_globals(seed: int) -> Iterator[None]:
     """torch's and NumPy's global generators seeded for one call (torchvision v2 and most user
-    code draw from them). In the process that iterates the loader (num_workers=0) they are put
-    back after, leaving the caller's randomness as it was; a worker's are its own, and saving
-    NumPy's state would cost more than a small step itself (about 0.15 ms a sample)."""
-    generator = torch.default_generator  # torch.manual_seed would seed every device: 0.2 ms
-    if in_worker():
-        generator.manual_seed(seed)
-        np.random.seed(seed % 2**32)
-        yield
-        return
+    code draw from them), then put back: in the process that iterates the loader
+    (num_workers=0) the caller's randomness stays as it was. A worker's generators are its own
+    and are seeded without this (saving NumPy's state costs about 0.15 ms a sample)."""
+    generator = torch.default_generator
     numpy_state, torch_state = np.random.get_state(), generator.get_state()
-    generator.manual_seed(seed)
-    np.random.seed(seed % 2**32)
+    seed_globals(seed)
     try:
         yield
     finally:
@@ -173,13 +173,20 @@ class PerSample(SampleStep):
         return not self._tensors and _takes_rng(self.fn)
 
     def apply_sample(self, pixels: np.ndarray, rng: np.random.Generator) -> Any:
-        with seeded_globals(int(rng.integers(2**63))):
-            if self._tensors:
-                result = self.fn(torch.from_numpy(pixels).permute(2, 0, 1))
-                # Anything but a CHW tensor goes back as it is, for the loader to name.
-                return result.permute(1, 2, 0).numpy() \
-                    if isinstance(result, torch.Tensor) and result.dim() == 3 else result
-            return self.fn(pixels, rng=rng) if self._with_rng else self.fn(pixels)
+        seed = int(rng.integers(2**63))
+        if in_worker():  # a worker's generators are its own: seeded, with nothing to restore
+            seed_globals(seed)
+            return self._call(pixels, rng)
+        with seeded_globals(seed):
+            return self._call(pixels, rng)
+
+    def _call(self, pixels: np.ndarray, rng: np.random.Generator) -> Any:
+        if self._tensors:
+            result = self.fn(torch.from_numpy(pixels).permute(2, 0, 1))
+            # Anything but a CHW tensor goes back as it is, for the loader to name.
+            return result.permute(1, 2, 0).numpy() \
+                if isinstance(result, torch.Tensor) and result.dim() == 3 else result
+        return self.fn(pixels, rng=rng) if self._with_rng else self.fn(pixels)
 
 
 @dataclass(frozen=True)
