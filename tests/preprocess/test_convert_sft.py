@@ -247,15 +247,25 @@ def test_plain_text_is_stored_as_before_without_a_loss_mask(cli, tmp_path: Path)
 
 
 def test_a_fine_tuning_dataset_reads_back_through_the_token_loader(cli, tmp_path: Path) -> None:
-    """The loss_mask column beside the ids does not get in the loader's way."""
+    """The stored mask reaches the labels: through the "hf" preset, the targets that count are
+    exactly the completion's bytes, and num_loss_tokens counts them."""
     import datapipe as dp
 
     records = [{"prompt": f"q{i} ", "completion": f"answer {i}"} for i in range(20)]
     src = _write_jsonl(tmp_path / "pc.jsonl", records)
     assert cli("convert", "text", src, tmp_path / "out", "--tokenizer", "bytes").code == 0
-    with dp.TokenLoader(tmp_path / "out", max_tokens=64, num_workers=2, shuffle=False) as loader:
-        tokens = sum(int(np.asarray(b["num_real_tokens"])) for b in loader)
-    assert tokens == sum(len(r["prompt"]) + len(r["completion"]) for r in records)
+    real = counted = 0
+    targets: list[int] = []
+    with dp.TokenLoader(tmp_path / "out", max_tokens=64, num_workers=2, shuffle=False,
+                        preset="hf") as loader:
+        for batch in loader:
+            real += int(batch["num_real_tokens"])
+            counted += int(batch["num_loss_tokens"])
+            labels = batch["labels"].flatten()
+            targets += labels[labels != -100].tolist()
+    assert real == sum(len(r["prompt"]) + len(r["completion"]) for r in records)
+    assert bytes(targets) == b"".join(r["completion"].encode() for r in records)
+    assert counted == len(targets)
 
 
 def test_each_documents_size_counts_its_loss_mask(chat_tokenizer: Path) -> None:
