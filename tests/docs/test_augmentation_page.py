@@ -5,13 +5,13 @@ needs a torchvision that imports beside this torch: it is skipped where none doe
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.docs.pages import ROOT, python_blocks, run_examples
+
 PAGE = ROOT / "docs" / "augmentation.md"
 
 
@@ -24,17 +24,14 @@ def _importable(module: str) -> bool:
         return False
 
 
+def _lacks_a_module(code: str) -> bool:
+    needs = re.findall(r"^import (torchvision|kornia)", code, re.M)
+    return any(not _importable(module) for module in needs)
+
+
 def test_every_example_of_the_page_runs(tmp_path: Path) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
+    blocks = python_blocks(PAGE)
     assert len(blocks) == 11
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    for number, code in enumerate(blocks):
-        needs = re.findall(r"^import (torchvision|kornia)", code, re.M)
-        if any(not _importable(module) for module in needs):
-            continue
-        script = tmp_path / f"example{number}.py"
-        script.write_text(code)
-        proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, f"example {number} failed:\n{code}\n{proc.stderr[-3000:]}"
+    for _ in run_examples(blocks, tmp_path, skip=_lacks_a_module):
+        pass
     assert (tmp_path / "photos" / "manifest.json").exists()
