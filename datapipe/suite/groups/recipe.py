@@ -92,6 +92,7 @@ class RecipeGroup(Group):
                                 "batch": 16 if opts.smoke else BATCH,
                                 "warmup": 0 if opts.smoke else 1,
                                 "epochs": 1 if opts.smoke else 2,
+                                "long_epochs": 1 if opts.smoke else LONG_EPOCHS,
                                 "recipe": RECIPE}
         if not any(o.status == "ok" for o in outcomes.values()):
             return meta
@@ -102,9 +103,10 @@ class RecipeGroup(Group):
 
     def job(self, peer: Peer, meta: dict[str, Any], opts: Options, run_dir: Path) -> Job:
         data = meta["photos"]["path"] if peer.name == "torch" else meta["shards"]
-        long = peer.name.removesuffix("-before") in LONG_ROWS and not opts.smoke
-        return Job(data, meta["workers"], meta["epochs"] * (LONG_EPOCHS if long else 1),
-                   meta["classes"], meta["warmup"], batch=meta["batch"])
+        times = meta.get("long_epochs", 1) if peer.name.removesuffix("-before") in LONG_ROWS \
+            else 1
+        return Job(data, meta["workers"], meta["epochs"] * times, meta["classes"],
+                   meta["warmup"], batch=meta["batch"])
 
     def attempt(self, peer: Peer, job: Any, run_dir: Path, opts: Options) -> Record:
         if peer.name == "torch":  # torchvision and timm: the vision venv, by path
