@@ -153,8 +153,10 @@ class PerSample(SampleStep):
             raise ArgumentError(f"PerSample takes a callable, got {type(self.fn).__name__}")
         object.__setattr__(self, "shape", _shape(self.shape))
         if self.dtype is not None:
-            dtype = str(np.dtype(self.dtype)) if isinstance(self.dtype, str | np.dtype | type) \
-                else None
+            try:
+                dtype = str(np.dtype(self.dtype))
+            except TypeError:  # not a dtype at all ("pixels", 3.5 ...)
+                dtype = None
             if dtype not in ("uint8", "float32"):
                 raise ArgumentError(f"PerSample dtype must be 'uint8' or 'float32', got "
                                     f"{self.dtype!r}")

@@ -119,6 +119,7 @@ def test_on_the_cpu_the_sample_form_runs_in_the_workers(shards: Path) -> None:
     ({"fn": np.negative, "shape": (8,)}, r"PerSample shape must be \(height, width\)"),
     ({"fn": np.negative, "shape": (8, 8, 4)}, "PerSample shape must be"),
     ({"fn": np.negative, "dtype": "int16"}, "PerSample dtype must be 'uint8' or 'float32'"),
+    ({"fn": np.negative, "dtype": "pixels"}, "PerSample dtype must be 'uint8' or 'float32'"),
 ])
 def test_per_sample_checks_its_arguments(kwargs: dict, message: str) -> None:
     with pytest.raises(ArgumentError, match=message):
