@@ -1,0 +1,115 @@
+"""Several datasets read as one, as torch's ConcatDataset: the samples of source 0, then those
+of source 1, and so on. A mixture's planners give *combined* ids (source s's sample i is
+`offsets[s] + i`), and a loader's workers read them through this as through one `Dataset`:
+shards are numbered on across the sources, so what a worker caches per shard number (token
+views, open readers) needs no change.
+
+The sources must hold the same schema (a loader checks that when it is made, naming what
+differs); `manifest` is the first source's, for the columns and settings they share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from datapipe.format.dataset import Dataset
+from datapipe.format.manifest import Manifest
+from datapipe.format.shard_reader import ShardReader
+from datapipe.format.sources import RemoteLocation
+
+Locations = tuple[Path | RemoteLocation, ...]
+
+
+class ConcatDataset:
+    """Datasets at `locations`, in order, as one: combined sample ids and shard numbers."""
+
+    def __init__(self, locations: Sequence[str | Path | RemoteLocation],
+                 verify: str = "cheap") -> None:
+        self.sources = [Dataset(location, verify=verify) for location in locations]
+        sizes = [len(ds) for ds in self.sources]
+        self.offsets = np.zeros(len(sizes) + 1, dtype=np.int64)  # source s's first sample
+        np.cumsum(sizes, out=self.offsets[1:])
+        shard_counts = [ds.num_shards for ds in self.sources]
+        self.shard_offsets = np.zeros(len(shard_counts) + 1, dtype=np.int64)
+        np.cumsum(shard_counts, out=self.shard_offsets[1:])
+        self.shard_starts = np.concatenate(
+            [ds.shard_starts[:-1] + self.offsets[s] for s, ds in enumerate(self.sources)]
+            + [self.offsets[-1:]])
+        self.manifest: Manifest = self.sources[0].manifest
+        self.directory = ", ".join(str(ds.directory) for ds in self.sources)
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def num_shards(self) -> int:
+        return int(self.shard_offsets[-1])
+
+    def split(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source, index within the source) of combined ids."""
+        source = np.searchsorted(self.offsets, ids, side="right") - 1
+        return source, ids - self.offsets[source]
+
+    def _source_of_shard(self, k: int) -> tuple[Dataset, int]:
+        s = int(np.searchsorted(self.shard_offsets, k, side="right")) - 1
+        return self.sources[s], k - int(self.shard_offsets[s])
+
+    def shard(self, k: int) -> ShardReader:
+        dataset, local = self._source_of_shard(k)
+        return dataset.shard(local)
+
+    def on_close(self, callback: Callable[[int], None]) -> None:
+        """`callback(k)` with the combined shard number when a source closes one of its own."""
+        for s, dataset in enumerate(self.sources):
+            first = int(self.shard_offsets[s])
+            dataset.on_close(lambda k, first=first: callback(first + k))
+
+    def locate_many(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        shards = np.searchsorted(self.shard_starts, indices, side="right") - 1
+        return shards, indices - self.shard_starts[shards]
+
+    def scalar(self, name: str) -> np.ndarray:
+        """A scalar column over every source, in combined order."""
+        return np.concatenate([ds.scalar(name) for ds in self.sources])
+
+    def cells(self, name: str, indices: np.ndarray) -> np.ndarray | list[Any]:
+        """Column `name` of the combined ids `indices` (as Dataset.cells), source by source."""
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        source, local = self.split(indices)
+        parts = {s: self.sources[s].cells(name, local[source == s])
+                 for s in np.unique(source).tolist()}
+        if not parts:
+            return self.sources[0].cells(name, indices)
+        if all(isinstance(p, np.ndarray) for p in parts.values()):
+            first = next(iter(parts.values()))
+            out = np.empty((len(indices), *first.shape[1:]), dtype=first.dtype)
+            for s, values in parts.items():
+                out[source == s] = values
+            return out
+        cells: list[Any] = [None] * len(indices)
+        for s, values in parts.items():
+            for at, value in zip(np.flatnonzero(source == s).tolist(), values, strict=True):
+                cells[at] = value
+        return cells
+
+    def close(self) -> None:
+        for dataset in self.sources:
+            dataset.close()
+
+    def __enter__(self) -> ConcatDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_dataset(where: str | Path | RemoteLocation | Locations,
+                 verify: str = "cheap") -> Dataset | ConcatDataset:
+    """One dataset, or several (a tuple of locations) read as one."""
+    if isinstance(where, tuple):
+        return ConcatDataset(where, verify=verify)
+    return Dataset(where, verify=verify)
