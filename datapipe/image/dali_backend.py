@@ -266,7 +266,7 @@ class DaliProducer:
     def _meta(self, indices: np.ndarray, is_pad: np.ndarray) -> dict[str, Any]:
         """What `ImageBatchBuilder.build` returns when every sample decodes."""
         builder = self.builder
-        meta: dict[str, Any] = {"count": len(indices), "index": indices,
+        meta: dict[str, Any] = {"count": len(indices), **builder.ids(indices),
                                 "label": builder.labels[indices], "is_padding": is_pad,
                                 "skipped": []}
         with self.dataset_lock:

@@ -146,7 +146,7 @@ class LoaderBase:
     def _epoch_start(self, epoch: int) -> Remainder:
         raise NotImplementedError
 
-    def _rank_plan(self, rest: Remainder) -> Any:
+    def _rank_plan(self, rest: Remainder, epoch: int) -> Any:
         return rest.rank_plan(self.rank, self.world_size)
 
     def _plan(self, epoch: int) -> Any:
@@ -158,7 +158,7 @@ class LoaderBase:
         if plan is None:
             while len(self._plans) >= _CACHED_PLANS:
                 del self._plans[next(iter(self._plans))]
-            plan = self._rank_plan(follow(self._epoch_start(epoch), lineage, epoch))
+            plan = self._rank_plan(follow(self._epoch_start(epoch), lineage, epoch), epoch)
             self._plans[epoch, lineage] = plan
         return plan
 
@@ -169,13 +169,26 @@ class LoaderBase:
     def state_dict(self) -> dict[str, Any]:
         """Where this loader is (plain JSON-able data); a loader restored from it continues
         with the next unseen batch."""
-        return make_state(self._position, self._identity())
+        state = make_state(self._position, self._identity())
+        state["progress"] = self.progress()  # for the record: a load recomputes it
+        return state
+
+    def progress(self) -> dict[str, dict[str, int]]:
+        """What each source (a mixture's, or the one dataset) gave so far, by name."""
+        raise NotImplementedError
+
+    def _reweight(self, state: dict[str, Any]) -> bool:
+        """A mixture loader made with reweight=True takes a state saved with other weights
+        (True: its weights now continue the state's)."""
+        return False
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a position: the next pass continues it (a pass in progress ends). The state
         may come from any rank, also of another world size: every rank then loads the same one
         and they share what is left of its epoch (sampling/elastic.py)."""
-        position = restore_position(state, self._identity(), self._epoch_start)
+        reweighted = self._reweight(state)
+        position = restore_position(state, self._identity(), self._epoch_start,
+                                    reweighted=reweighted)
         self._passes.retire()
         self._position = position
 

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import ArgumentError, DataError
-from datapipe.format.dataset import Dataset
+from datapipe.format.concat import ConcatDataset, Locations, open_dataset
+from datapipe.format.shard_reader import ShardReader
 from datapipe.format.sources import Location
 from datapipe.image.cpu_decode import decode_into
 from datapipe.image.normalize import NUMPY_DTYPES
@@ -27,7 +28,7 @@ class ImageBatchSpec:
     """Everything a worker needs to build batches (small and picklable). A batch buffer holds
     each view's images in turn (one view unless the loader was given `views=`)."""
 
-    directory: str | Location  # a path or URL
+    directory: str | Location | Locations  # a path or URL; several: a mixture's sources
     views: tuple[ViewSpec, ...]
     seed: int
     on_error: str = "raise"
@@ -80,7 +81,7 @@ def batch_rng(seed: int, epoch: int, batch_no: int, view: int = 0) -> np.random.
 class ImageBatchBuilder:
     def __init__(self, spec: ImageBatchSpec) -> None:
         self.spec = spec
-        self.dataset = Dataset(spec.directory, verify=spec.verify)
+        self.dataset = open_dataset(spec.directory, verify=spec.verify)
         self.encoding = self.dataset.manifest.settings.get("encoding", "jpeg")
         self.heights = self.dataset.scalar("height").astype(np.int64)
         self.widths = self.dataset.scalar("width").astype(np.int64)
@@ -126,27 +127,44 @@ class ImageBatchBuilder:
                                 decoder.decode_target(row_out), decoder.table)
                     decoder.finish(row_out, task.epoch, index)
             except StepFailed as exc:
-                self._refuse_or_skip(f"{shard.path.name} row {row} (sample {index}): {exc}",
-                                     index, skipped, exc.__cause__)
+                self._refuse_or_skip(f"{self._where(shard, row, index)}: {exc}", index, skipped,
+                                     exc.__cause__)
                 continue
             except ArgumentError:
                 raise  # a step's wrong output: the step's fault, not the sample's
             except Exception as exc:  # untrusted bytes: any decoder failure names the sample
-                self._refuse_or_skip(f"{shard.path.name} row {row} (sample {index}): cannot "
-                                     f"decode: {type(exc).__name__}: {exc}", index, skipped)
+                self._refuse_or_skip(f"{self._where(shard, row, index)}: cannot decode: "
+                                     f"{type(exc).__name__}: {exc}", index, skipped)
                 continue
             finally:
                 read_s += t1 - t0
                 decode_s += time.perf_counter() - t1
             kept.append(j)
         keep = np.asarray(kept, dtype=np.int64)
-        meta: dict[str, Any] = {"count": len(kept), "capacity": len(idx), "index": idx[keep],
-                                "label": self.labels[idx[keep]], "is_padding": task.is_pad[keep],
-                                "skipped": skipped}
+        meta: dict[str, Any] = {"count": len(kept), "capacity": len(idx),
+                                **self.ids(idx[keep]), "label": self.labels[idx[keep]],
+                                "is_padding": task.is_pad[keep], "skipped": skipped}
         meta["columns"] = self.extras.of(idx[keep])
         ended = time.perf_counter()
         meta["timing"] = worker_timing(started, ended, self._stages(read_s, decode_s))
         return meta
+
+    def _where(self, shard: ShardReader, row: int, index: int) -> str:
+        """A sample, as an error names it: a mixture's by its shard's whole path (its sources'
+        shards may share names) and its id within its own dataset."""
+        if isinstance(self.dataset, ConcatDataset):
+            local = int(self.dataset.split(np.array([index]))[1][0])
+            return f"{shard.where} row {row} (sample {local})"
+        return f"{shard.path.name} row {row} (sample {index})"
+
+    def ids(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """A batch's `index`: the samples' ids; for a mixture (combined ids) the ids within
+        their own datasets, with `source` beside them."""
+        split = getattr(self.dataset, "split", None)
+        if split is None:
+            return {"index": indices}
+        source, local = split(indices)
+        return {"index": local, "source": source}
 
     def _refuse_or_skip(self, reason: str, index: int, skipped: list[tuple[int, str]],
                         cause: BaseException | None = None) -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 
 from datapipe.errors import ArgumentError, DataError
+from datapipe.format.concat import ConcatDataset, open_dataset
 from datapipe.format.dataset import Dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
@@ -29,7 +31,10 @@ from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.extra_columns import add_to_batch
 from datapipe.loader.extra_columns import choose as extra_column_names
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
+from datapipe.loader.mixing import check_mixture_arguments, describe, samples_drawn
 from datapipe.loader.progress_state import manifest_fingerprint
+from datapipe.sampling.mixture import Mixture, MixtureRemainder
+from datapipe.sampling.mixture_weights import ScheduleArg, WeightSchedule
 from datapipe.sampling.order import EpochPlan, SampleRemainder, epoch_permutation
 from datapipe.system import available_cores
 
@@ -70,9 +75,18 @@ class Loader(LoaderBase):
     else ``~/.cache/datapipe``; at most ``cache_size`` bytes, e.g. ``"200GB"``, else
     ``$DATAPIPE_CACHE_SIZE``, else 100 GB), shared by every process on the node; see
     docs/REMOTE.md.
+
+    ``path`` may also name several datasets, a list or a dict name -> path (local and remote
+    mixed), read as a *mixture* by ``weights=`` (by samples; default: their sizes) over epochs
+    of ``epoch_size`` samples (default: all of them): each batch holds each source within one
+    sample of its share, and gains ``source`` (int64 per sample: the index into the list or the
+    dict's order) while ``index`` stays the id within the sample's own dataset. ``weights``
+    may be a list of ``(start_step, weights)`` phases; ``loader.progress()`` counts what each
+    source gave. See docs/mixtures.md.
     """
 
-    def __init__(self, path: str | Path, batch_size: int = 256, *, shuffle: bool = True,
+    def __init__(self, path: str | Path | Sequence[str | Path] | Mapping[str, str | Path],
+                 batch_size: int = 256, *, shuffle: bool = True,
                  seed: int = 0, num_workers: int | None = None, decode: str = "cpu",
                  transform: Transform | None = None, device: str | torch.device = "cpu",
                  drop_last: bool = False, persistent: bool = True, rank: int | None = None,
@@ -80,7 +94,8 @@ class Loader(LoaderBase):
                  extra_columns: tuple[str, ...] | None = None, verify: str = "cheap",
                  cache_dir: str | Path | None = None, cache_size: int | str | None = None,
                  fields: Iterable[str] | None = None,
-                 views: tuple[Transform, ...] | None = None) -> None:
+                 views: tuple[Transform, ...] | None = None, weights: ScheduleArg | None = None,
+                 epoch_size: int | None = None, reweight: bool = False) -> None:
         batch_size = check_counter("batch_size", batch_size, minimum=1)
         prefetch = check_counter("prefetch", prefetch, minimum=1)
         seed = check_counter("seed", seed)
@@ -91,8 +106,12 @@ class Loader(LoaderBase):
         if decode not in DECODERS:
             raise ArgumentError(f"decode must be one of {DECODERS}, got {decode!r}")
         verify = check_verify_mode(verify)
-        super().__init__(path, fields)
-        self.path = resolve_location(path, cache_dir, cache_size)
+        epoch_size = check_optional("epoch_size", epoch_size, minimum=1)
+        self.mixing = check_mixture_arguments(path, weights, epoch_size, reweight, cache_dir,
+                                              cache_size)
+        super().__init__(describe(path), fields)
+        self.path = (self.mixing.sources.locations if self.mixing
+                     else resolve_location(path, cache_dir, cache_size))
         self.batch_size, self.shuffle, self.seed, self.drop_last = (batch_size, shuffle, seed,
                                                                     drop_last)
         self.num_workers = available_cores() if num_workers is None else num_workers
@@ -106,15 +125,9 @@ class Loader(LoaderBase):
         if decode == "dali" and views is not None:
             raise ArgumentError("views= needs decode='cpu': the DALI graph makes one view")
         self.pipeline = pipelines[0]
-        with Dataset(self.path, verify=verify) as ds:
-            self._check_dataset(ds)
-            if verify == "open":
-                ds.check_hashes()  # here, before workers fork: each shard is hashed once
-            self.num_samples = len(ds)
-            sizes = [self._output_size(ds, p) for p in pipelines]
-            extras = extra_column_names(ds.manifest, extra_columns, STANDARD_COLUMNS)
-            self._manifest = manifest_fingerprint(ds.manifest)
-        self._check_fields(("image", "label", "index", "is_padding", *extras))
+        sizes, extras = self._read_datasets(pipelines, verify, extra_columns, epoch_size)
+        self._check_fields(("image", "label", "index", "is_padding",
+                            *(("source",) if self.mixture else ()), *extras))
         placed = [place_steps(p, size, self.device.type, decode)
                   for p, size in zip(pipelines, sizes, strict=True)]
         if self.num_workers:
@@ -133,9 +146,36 @@ class Loader(LoaderBase):
         if drop_last and self._largest_batch() < batch_size:
             # torch's DataLoader gives an empty epoch here without a word; a training loop
             # then silently trains on nothing.
-            warnings.warn(f"{self.path}: drop_last=True drops every batch: this rank's share "
-                          f"of an epoch is {self._largest_batch()} samples, fewer than "
-                          f"batch_size={batch_size}", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"{describe(self.path)}: drop_last=True drops every batch: this "
+                          f"rank's share of an epoch is {self._largest_batch()} samples, fewer "
+                          f"than batch_size={batch_size}", RuntimeWarning, stacklevel=2)
+
+    def _read_datasets(self, pipelines: list[Pipeline], verify: str,
+                       extra_columns: tuple[str, ...] | None,
+                       epoch_size: int | None) -> tuple[list[tuple[int, int]], tuple[str, ...]]:
+        """Check the dataset (or a mixture's datasets) and take what planning needs from it:
+        each view's output size and the extra columns."""
+        with open_dataset(self.path, verify=verify) as ds:
+            parts = ds.sources if isinstance(ds, ConcatDataset) else [ds]
+            if self.mixing:
+                self.mixing.check(parts, "images")
+            for part in parts:
+                self._check_dataset(part)
+                if verify == "open":
+                    part.check_hashes()  # here, before workers fork: each shard hashed once
+            sizes = [self._output_size(ds, p) for p in pipelines]
+            self.mixture: Mixture | None = None
+            if self.mixing:
+                counts = tuple(len(p) for p in parts)
+                self.mixture = Mixture(counts, self.mixing.schedule(counts), self.batch_size,
+                                       epoch_size, self.drop_last, self.seed, self.shuffle)
+                self._manifest: Any = self.mixing.fingerprints(parts)
+                extras = self.mixing.extra_columns(parts, extra_columns, STANDARD_COLUMNS)
+            else:
+                self._manifest = manifest_fingerprint(ds.manifest)
+                extras = extra_column_names(ds.manifest, extra_columns, STANDARD_COLUMNS)
+            self.num_samples = self.mixture.samples if self.mixture else len(ds)
+        return sizes, extras
 
     @staticmethod
     def _check_dataset(ds: Dataset) -> None:
@@ -179,7 +219,9 @@ class Loader(LoaderBase):
 
     # --- the DataLoader-like surface -----------------------------------------------------
 
-    def _epoch_start(self, epoch: int) -> SampleRemainder:
+    def _epoch_start(self, epoch: int) -> SampleRemainder | MixtureRemainder:
+        if self.mixture is not None:
+            return self.mixture.start(epoch)
         order = epoch_permutation(self.num_samples, self.seed, epoch, self.shuffle)
         return SampleRemainder(order, self.batch_size, self.drop_last, self.shuffle)
 
@@ -256,20 +298,43 @@ class Loader(LoaderBase):
             "index": torch.from_numpy(np.asarray(meta["index"], dtype=np.int64)),
             "is_padding": torch.from_numpy(np.asarray(meta["is_padding"], dtype=bool)),
         }
+        if "source" in meta:
+            batch["source"] = torch.from_numpy(np.asarray(meta["source"], dtype=np.int64))
         add_to_batch(batch, meta["columns"])
         return batch
 
     def _report_skips(self) -> None:
         if self.skipped:
-            warnings.warn(f"{self.path}: skipped {len(self.skipped)} samples that failed to "
-                          f"decode this epoch (first: {self.skipped[0][1]}); see loader.skipped",
+            warnings.warn(f"{describe(self.path)}: skipped {len(self.skipped)} samples that "
+                          f"failed to decode this epoch (first: {self.skipped[0][1]}); see "
+                          "loader.skipped",
                           stacklevel=3)
 
     def _identity(self) -> dict[str, Any]:
         return {"num_samples": self.num_samples, "batch_size": self.batch_size,
                 "shuffle": self.shuffle, "seed": self.seed, "rank": self.rank,
                 "world_size": self.world_size, "drop_last": self.drop_last,
-                "manifest": self._manifest}
+                "manifest": self._manifest, **(self.mixing.identity(self.mixture.identity())
+                                               if self.mixture else {})}
+
+    def progress(self) -> dict[str, dict[str, int]]:
+        """Samples each source of a mixture gave so far, all ranks together: the epochs before
+        this one whole, then this one up to the last batch handed out (also in the state dict,
+        as `progress`). One dataset counts as one source."""
+        mixture = self.mixture or Mixture((self.num_samples,), WeightSchedule.parse([1], ["0"]),
+                                          self.batch_size, None, self.drop_last, self.seed,
+                                          self.shuffle)
+        names = self.mixing.sources.names if self.mixing else (describe(self.path),)
+        return samples_drawn(mixture, self._position, self.world_size, names)
+
+    def _reweight(self, state: dict[str, Any]) -> bool:
+        if self.mixture is None:
+            return False
+        schedule = self.mixing.reweighted(state, self.mixture.schedule, self.mixture.steps)
+        if schedule is not None:
+            self.mixture = dataclasses.replace(self.mixture, schedule=schedule)
+            self._plans.clear()
+        return schedule is not None
 
     def close(self) -> None:
         feed = getattr(self, "_feed", None)

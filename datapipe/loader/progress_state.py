@@ -102,7 +102,8 @@ def make_state(position: LoaderPosition, identity: dict[str, Any]) -> dict[str, 
 
 
 def restore_position(state: dict[str, Any], identity: dict[str, Any],
-                     epoch_start: Callable[[int], Remainder]) -> LoaderPosition:
+                     epoch_start: Callable[[int], Remainder],
+                     reweighted: bool = False) -> LoaderPosition:
     """The position a state names, once it is shown to come from this loader's dataset and
     settings and to hold counters that make sense (`epoch_start(epoch)`: the epoch's batches,
     as the loader plans them).
@@ -115,7 +116,7 @@ def restore_position(state: dict[str, Any], identity: dict[str, Any],
     if version not in (STATE_VERSION, ELASTIC_STATE_VERSION):
         raise ArgumentError(f"load_state_dict: not a datapipe loader state (version "
                             f"{version!r})")
-    _check_identity(state.get("identity"), identity)
+    _check_identity(state.get("identity"), identity, ("weights",) if reweighted else ())
     epoch = check_counter("load_state_dict: the state's epoch", state.get("epoch"))
     done = check_counter("load_state_dict: the state's batches_done", state.get("batches_done"))
     finished = state.get("epoch_finished")
@@ -158,16 +159,38 @@ def _saved_world(saved: dict[str, Any]) -> int:
     return int(world)
 
 
-def _check_identity(saved: Any, identity: dict[str, Any]) -> None:
+def _check_identity(saved: Any, identity: dict[str, Any], ignored: tuple[str, ...]) -> None:
+    """`ignored`: entries a loader has already reconciled (a mixture's reweighted weights)."""
     if not isinstance(saved, dict):
         raise ArgumentError(f"load_state_dict: the state has no identity (got {saved!r})")
     changed = {k: (saved.get(k), v) for k, v in identity.items()
                if saved.get(k) != v and not (k in _ADDED_LATER and k not in saved)
-               and k not in _ELASTIC}
+               and k not in _ELASTIC and k not in ignored}
+    if "sources" in changed:
+        raise ArgumentError(f"load_state_dict: the state was saved over "
+                            f"{_names(saved.get('sources'))}, this loader reads "
+                            f"{_names(identity.get('sources'))}")
     if "manifest" in changed:
         raise ArgumentError("load_state_dict: the state was saved over another dataset "
-                            f"(manifest {saved['manifest']}, this one {identity['manifest']})")
+                            f"({_manifest_change(saved['manifest'], identity['manifest'])})")
     if changed:
         what = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in sorted(changed.items()))
+        hint = (" (reweight=True continues it with the new weights)"
+                if set(changed) == {"weights"} else "")
         raise ArgumentError(f"load_state_dict: state was saved with other settings ({what}); "
-                            "the sample order would differ")
+                            f"the sample order would differ{hint}")
+
+
+def _names(sources: Any) -> str:
+    if isinstance(sources, list):
+        return "a mixture of " + ", ".join(map(repr, sources))
+    return "one dataset"
+
+
+def _manifest_change(saved: Any, now: Any) -> str:
+    """Which dataset changed: a mixture's by its source's name."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        name = next((n for n in now if saved.get(n) != now[n]), None)
+        if name is not None:
+            return f"source {name!r}: manifest {saved.get(name)}, this one {now[name]}"
+    return f"manifest {saved}, this one {now}"

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.format.dataset import Dataset
+from datapipe.format.concat import Locations, open_dataset
 from datapipe.format.manifest import Manifest
 from datapipe.format.sources import Location
 from datapipe.loader.extra_columns import ExtraColumns
@@ -48,9 +48,9 @@ class TokenViews:
 
 
 class TokenBatchBuilder:
-    def __init__(self, directory: str | Location, verify: str = "cheap",
+    def __init__(self, directory: str | Location | Locations, verify: str = "cheap",
                  extra_columns: tuple[str, ...] = ()) -> None:
-        self.dataset = Dataset(directory, verify=verify)
+        self.dataset = open_dataset(directory, verify=verify)
         self.has_mask = LOSS_MASK in self.dataset.manifest.column_names
         self.extras = ExtraColumns(self.dataset, extra_columns)
         self.dtype = self.dataset.manifest.column("tokens").numpy_dtype

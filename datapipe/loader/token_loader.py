@@ -5,29 +5,36 @@ from __future__ import annotations
 import functools
 import time
 import warnings
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from datapipe.errors import ArgumentError, DataError
-from datapipe.format.dataset import Dataset
+from datapipe.errors import ArgumentError
+from datapipe.format.concat import ConcatDataset, open_dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
-from datapipe.loader.base import LoaderBase, refuse_empty
+from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import prefetch_to_device, resolve_device
 from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.extra_columns import add_to_batch
 from datapipe.loader.extra_columns import choose as extra_column_names
+from datapipe.loader.mixing import check_mixture_arguments, describe
 from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.loader.token_batches import LOSS_MASK, TokenBatchBuilder, split_slot
+from datapipe.loader.token_mixing import TokenMixing, single_source_progress
+from datapipe.loader.token_plans import (
+    RankTokenPlan,
+    aligned_columns,
+    check_text_dataset,
+    overflow_policy,
+)
+from datapipe.sampling.mixture_weights import ScheduleArg
 from datapipe.sampling.order import epoch_permutation
-from datapipe.sampling.overflow import Overflow
 from datapipe.sampling.tokens import (
     LAYOUTS,
     Pieces,
@@ -37,7 +44,6 @@ from datapipe.sampling.tokens import (
     plan_fixed,
     plan_packed,
     plan_padded,
-    round_up,
 )
 from datapipe.text.collate import CollateOptions, Gathered, collate
 from datapipe.text.fields import OPTIONAL_FIELDS, resolve
@@ -51,27 +57,6 @@ BATCH_KEYS = {
               "max_seqlen"),
 }
 COMMON_KEYS = ("num_real_tokens", "num_loss_tokens", "efficiency", "index", "is_padding")
-
-
-@dataclass(frozen=True)
-class _RankPlan:
-    """A rank's token plan, in the shape the batch producer asks for."""
-
-    plan: TokenPlan
-    is_pad: np.ndarray  # per batch
-    lengths: np.ndarray | None = None  # per document; None: no piece carries a target on
-
-    def __len__(self) -> int:
-        return len(self.plan)
-
-    def batch(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        doc = self.plan.batch(b)[0]
-        return doc, np.full(len(doc), self.is_pad[b])
-
-    def extra(self, b: int) -> dict[str, Any]:
-        doc, start, end, rows = self.plan.batch(b)
-        cut = None if self.lengths is None else self.lengths[doc] > end  # split pieces
-        return {"start": start, "end": end, "rows": rows, "cut": cut}
 
 
 class TokenLoader(LoaderBase):
@@ -107,9 +92,17 @@ class TokenLoader(LoaderBase):
 
     `path` may be a URL, read through a node-local cache (`cache_dir`, `cache_size`): as for
     `Loader`, see docs/REMOTE.md.
+
+    `path` may also name several datasets (a list, or a dict name -> path) mixed by
+    `weights=`: by tokens (`weight_by="tokens"`, how LLM blends are given) or by documents,
+    over epochs of `epoch_size` tokens or documents (default: all of them). A batch may hold
+    documents of several sources; it gains `source` (int64, aligned with `index`, -1 where
+    `index` is), and `index` is the document's id within its own dataset. See
+    docs/mixtures.md.
     """
 
-    def __init__(self, path: str | Path, max_tokens: int | None = None, *,
+    def __init__(self, path: str | Path | Sequence[str | Path] | Mapping[str, str | Path],
+                 max_tokens: int | None = None, *,
                  batch_size: int | None = None, layout: str | None = None, seq_len: int = 0,
                  shuffle: bool = True, seed: int = 0, num_workers: int = 0,
                  pad_to_multiple_of: int = 1, batch_multiple_of: int = 1, pad_id: int = 0,
@@ -122,15 +115,21 @@ class TokenLoader(LoaderBase):
                  extra_columns: tuple[str, ...] | None = None, preset: str | None = None,
                  labels: str | None = None, batch_dim: bool | None = None,
                  add_fields: Iterable[str] = (), continue_positions: bool = False,
-                 max_seq_len: int | None = None, overflow: str | None = None) -> None:
-        super().__init__(path, fields)
+                 max_seq_len: int | None = None, overflow: str | None = None,
+                 weights: ScheduleArg | None = None, weight_by: str = "tokens",
+                 epoch_size: int | None = None, reweight: bool = False) -> None:
+        super().__init__(describe(path), fields)
+        epoch_size = check_optional("epoch_size", epoch_size, minimum=1)
+        mixing = check_mixture_arguments(path, weights, epoch_size, reweight, cache_dir,
+                                         cache_size)
         continue_positions = check_flag("continue_positions", continue_positions)
         if batch_dim is not None:
             batch_dim = check_flag("batch_dim", batch_dim)
         asked = tuple(f for f in fields or () if f in OPTIONAL_FIELDS)  # `fields` asks too
         layout, self.batch_fields = resolve(preset, layout, labels, batch_dim,
                                             (*add_fields, *asked), continue_positions)
-        self.path = resolve_location(path, cache_dir, cache_size)
+        self.path = (mixing.sources.locations if mixing
+                     else resolve_location(path, cache_dir, cache_size))
         verify = check_verify_mode(verify)
         seed = check_counter("seed", seed)
         num_workers = check_counter("num_workers", num_workers)
@@ -147,29 +146,25 @@ class TokenLoader(LoaderBase):
         self.bucket_batches = check_counter("bucket_batches", bucket_batches, minimum=1)
         self.pack_window = check_counter("pack_window", pack_window, minimum=1)
         self._validate()
-        self.overflow = self._overflow(check_optional("max_seq_len", max_seq_len, minimum=1),
-                                       overflow)
+        self.overflow = overflow_policy(self.layout, check_optional("max_seq_len", max_seq_len,
+                                                                    minimum=1), overflow,
+                                        self.max_tokens, self.seq_len, self.pad_to_multiple_of)
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self._group_implicit = rank is None and world_size is None
         self.device = resolve_device(device)
         self.collate_options = CollateOptions(layout, pad_id, self.pad_to_multiple_of,
                                               self.seq_len, self.batch_fields)
-        with Dataset(self.path, verify=verify) as ds:
-            _check_text_dataset(ds, tokenizer)
-            if verify == "open":
-                ds.check_hashes()  # here, before workers fork: each shard is hashed once
-            self.lengths = document_lengths(ds)
-            self.token_dtype = ds.manifest.column("tokens").numpy_dtype
-            self._manifest = manifest_fingerprint(ds.manifest)
-            self.has_loss_mask = LOSS_MASK in ds.manifest.column_names
-            extras = extra_column_names(ds.manifest, extra_columns,
-                                        {"tokens", "length", LOSS_MASK})
+        extras = self._read_datasets(mixing, verify, tokenizer, extra_columns)
+        self.mixing = None if mixing is None else TokenMixing(
+            mixing, self.source_lengths, weight_by, epoch_size, seed, shuffle)
         self._check_fields(BATCH_KEYS[layout] + COMMON_KEYS + extras
-                           + tuple(sorted(self.batch_fields.optional)))
+                           + tuple(sorted(self.batch_fields.optional))
+                           + (("source",) if self.mixing else ()))
         self.num_documents = len(self.lengths)
         self._report_overflow()
         if layout == "padded" and max_tokens is not None:
             check_fits_padded(self._planned_lengths(), max_tokens, pad_to_multiple_of)
+        self._starts: dict[int, TokenRemainder] = {}
         self._tokens_seen = 0
         self._tokens_computed = 0
         self._loss_tokens_seen = 0
@@ -180,6 +175,29 @@ class TokenLoader(LoaderBase):
         self._producer.check_memory(self._passes.owner, f"a batch of up to {tokens:,} tokens "
                                     f"({self.token_dtype})", "max_tokens (or batch_size, or "
                                     "seq_len), num_workers or prefetch")
+
+    def _read_datasets(self, mixing: Any, verify: str, tokenizer: str | None,
+                       extra_columns: tuple[str, ...] | None) -> tuple[str, ...]:
+        """Check the dataset (or a mixture's datasets), take the document lengths (each
+        source's, and all of them in combined order) and return the extra columns."""
+        with open_dataset(self.path, verify=verify) as ds:
+            parts = ds.sources if isinstance(ds, ConcatDataset) else [ds]
+            if mixing:
+                mixing.check(parts, "text")
+            for part in parts:
+                check_text_dataset(part, tokenizer)
+                if verify == "open":
+                    part.check_hashes()  # here, before workers fork: each shard hashed once
+            self.source_lengths = [document_lengths(part) for part in parts]
+            self.lengths = np.concatenate(self.source_lengths)
+            self.token_dtype = ds.manifest.column("tokens").numpy_dtype
+            self.has_loss_mask = LOSS_MASK in ds.manifest.column_names
+            standard = {"tokens", "length", LOSS_MASK}
+            if mixing:
+                self._manifest: Any = mixing.fingerprints(parts)
+                return mixing.extra_columns(parts, extra_columns, standard)
+            self._manifest = manifest_fingerprint(ds.manifest)
+            return extra_column_names(ds.manifest, extra_columns, standard)
 
     def _validate(self) -> None:
         """How the (already integer) settings fit together."""
@@ -197,26 +215,6 @@ class TokenLoader(LoaderBase):
                 self.max_tokens < self.pad_to_multiple_of:
             raise ArgumentError(f"max_tokens={self.max_tokens} is smaller than "
                                 f"pad_to_multiple_of={self.pad_to_multiple_of}")
-
-    def _overflow(self, cap: int | None, mode: str | None) -> Overflow | None:
-        """The long-document policy; None: today's (split at the budget; padded refuses)."""
-        if mode is None and cap is None:
-            return None
-        if self.layout == "padded" and mode in (None, "split"):
-            raise ArgumentError(f"overflow={mode!r}: layout='padded' never splits a document; "
-                                "give overflow='truncate' or 'drop'")
-        budget = {"packed": self.max_tokens and self.max_tokens // self.pad_to_multiple_of
-                  * self.pad_to_multiple_of, "fixed": self.seq_len,
-                  "padded": self.max_tokens}[self.layout]
-        need = cap if cap is None or self.layout != "padded" else round_up(
-            cap, self.pad_to_multiple_of)
-        if budget is not None and need is not None and need > budget:
-            raise ArgumentError(f"max_seq_len={cap} is more than one batch holds "
-                                f"({'seq_len' if self.layout == 'fixed' else 'max_tokens'}="
-                                f"{budget}); lower it or raise the budget")
-        if cap is None and budget is None:
-            raise ArgumentError(f"overflow={mode!r} needs max_seq_len (no max_tokens to cap at)")
-        return Overflow(cap or budget, mode or "split")
 
     def _planned_lengths(self) -> np.ndarray:
         """The lengths the planner sees: every document, or the ones the policy keeps."""
@@ -250,13 +248,28 @@ class TokenLoader(LoaderBase):
             budget = self.max_tokens
         else:
             budget = int(np.sort(self.lengths)[::-1][: self.batch_size].sum())
-        return max(1, min(budget, int(self.lengths.sum())))
+        total = self.mixing.max_epoch_tokens() if self.mixing else int(self.lengths.sum())
+        return max(1, min(budget, total))
 
     # --- plans ---------------------------------------------------------------------------
 
     def _epoch_start(self, epoch: int) -> TokenRemainder:
-        order = epoch_permutation(self.num_documents, self.seed, epoch, self.shuffle)
-        lengths = self.lengths
+        """The epoch's documents (a mixture's: its interleaved list, numbered in order) and
+        their plan, kept for the epoch under way and the next (progress() asks again)."""
+        start = self._starts.get(epoch)
+        if start is None:
+            while len(self._starts) >= 2:
+                del self._starts[next(iter(self._starts))]
+            start = self._starts[epoch] = self._plan_epoch(epoch)
+        return start
+
+    def _plan_epoch(self, epoch: int) -> TokenRemainder:
+        if self.mixing is not None:
+            lengths = self.mixing.epoch(epoch).lengths
+            order = np.arange(len(lengths), dtype=np.int64)
+        else:
+            order = epoch_permutation(self.num_documents, self.seed, epoch, self.shuffle)
+            lengths = self.lengths
         if self.overflow is not None:
             order, lengths = self.overflow.apply(order, lengths)
         return TokenRemainder.start(order, lengths, functools.partial(self._global_plan, epoch))
@@ -274,11 +287,15 @@ class TokenLoader(LoaderBase):
         return plan_fixed(pieces, self.seq_len, self._rows_per_batch(), self.pack_window, rng,
                           cap)
 
-    def _rank_plan(self, rest: TokenRemainder) -> _RankPlan:
+    def _rank_plan(self, rest: TokenRemainder, epoch: int) -> RankTokenPlan:
         # A truncated document's rest is not trained on: its last target stays -100.
         carry = self.overflow is None or self.overflow.mode == "split"
-        return _RankPlan(*rest.rank_plan(self.rank, self.world_size),
-                         self.lengths if carry else None)
+        plan, is_pad = rest.rank_plan(self.rank, self.world_size)
+        if self.mixing is None:
+            return RankTokenPlan(plan, is_pad, self.lengths if carry else None)
+        # The plan numbers the epoch's documents; the workers read them by combined id.
+        return RankTokenPlan(plan, is_pad, self.mixing.epoch(epoch).lengths if carry else None,
+                             self.mixing.combined_ids(epoch))
 
     # --- iteration -----------------------------------------------------------------------
 
@@ -294,7 +311,7 @@ class TokenLoader(LoaderBase):
             yield batch
         self._finish_empty(start, len(plan))
 
-    def _host_batches(self, plan: _RankPlan, epoch: int,
+    def _host_batches(self, plan: RankTokenPlan, epoch: int,
                       start: int) -> Iterator[tuple[int, dict[str, Any]]]:
         upcoming = functools.partial(self._upcoming, epoch + 1)
         for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start, upcoming),
@@ -309,12 +326,38 @@ class TokenLoader(LoaderBase):
                             np.asarray(meta["rows"], dtype=np.int64), self.collate_options,
                             pieces)
             batch["is_padding"] = bool(plan.is_pad[b])
-            add_to_batch(batch, _aligned(meta["columns"], batch["index"]))
+            add_to_batch(batch, aligned_columns(meta["columns"], batch["index"]))
+            if self.mixing is not None:
+                self.mixing.split_index(batch)
             if not batch["is_padding"]:
                 self._tokens_seen += batch["num_real_tokens"]
                 self._tokens_computed += batch["input_ids"].numel()
             self._record(b, meta, {"collate": time.perf_counter() - t0})
             yield b, batch
+
+    def progress(self) -> dict[str, dict[str, int]]:
+        """Documents and tokens each source of a mixture gave so far, all ranks together:
+        the epochs before this one whole, then this one up to the last batch handed out (also
+        in the state dict, as `progress`). One dataset counts as one source."""
+        position = self._position
+        start = self._epoch_start(position.epoch)
+        if self.mixing is not None:
+            return self.mixing.progress(position, self.world_size, start)
+        lengths = self._planned_lengths()
+        return single_source_progress(describe(self.path), position, self.world_size, start,
+                                      len(lengths), int(lengths.sum()))
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["loss_tokens_seen"] = self._loss_tokens_seen
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        # A state saved before it was kept carries none: the running total starts over.
+        seen = check_counter("load_state_dict: the state's loss_tokens_seen",
+                             state.get("loss_tokens_seen", 0) if isinstance(state, dict) else 0)
+        super().load_state_dict(state)
+        self._loss_tokens_seen = seen
 
     @property
     def loss_tokens_seen(self) -> int:
@@ -334,6 +377,8 @@ class TokenLoader(LoaderBase):
                     "rank": self.rank, "world_size": self.world_size,
                     "pad_to_multiple_of": self.pad_to_multiple_of,
                     "batch_multiple_of": self.batch_multiple_of, "manifest": self._manifest}
+        if self.mixing is not None:
+            identity.update(self.mixing.identity())
         if self.overflow is not None:  # only when set: a state saved before reads the same
             identity["overflow"] = [self.overflow.mode, self.overflow.cap]
         # What else shapes this layout's batches (only there: elsewhere they change nothing).
@@ -342,50 +387,3 @@ class TokenLoader(LoaderBase):
         elif self.layout == "fixed":
             identity["pack_window"] = self.pack_window
         return identity
-
-
-def _aligned(columns: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
-    """Metadata values, one per entry of `index`: a padding sequence (-1, only ever a packed
-    batch's last) gets 0 or None."""
-    if not len(index) or index[-1] >= 0:
-        return columns
-    filler = np.flatnonzero(index.numpy() < 0)
-    at = filler - np.arange(len(filler))  # np.insert's positions: before the shifted entries
-    out: dict[str, Any] = {}
-    for name, value in columns.items():
-        if isinstance(value, np.ndarray):
-            out[name] = np.insert(value, at, np.zeros((), value.dtype), axis=0)
-        else:
-            out[name] = list(value)
-            for i in filler.tolist():
-                out[name].insert(i, None)
-    return out
-
-
-def _check_text_dataset(ds: Dataset, tokenizer: str | None) -> None:
-    manifest = ds.manifest
-    if manifest.kind != "text":
-        raise DataError(f"{ds.directory}: a {manifest.kind} dataset; TokenLoader reads text")
-    refuse_empty(ds)
-    if LOSS_MASK in manifest.column_names and manifest.column(LOSS_MASK).type != "uint8[]":
-        raise DataError(f"{ds.directory}: column {LOSS_MASK!r} is "
-                        f"{manifest.column(LOSS_MASK).type}; a loss mask is uint8[], one 0 or 1 "
-                        "per token")
-    if tokenizer is None:
-        return
-    stored = manifest.tokenizer or {}
-    if tokenizer == "bytes":
-        expected = "builtin:bytes-v1"
-    else:
-        from datapipe.format.hashing import hash_file
-
-        candidate = Path(tokenizer)
-        if candidate.is_dir():
-            candidate = candidate / "tokenizer.json"
-        if not candidate.is_file():
-            raise ArgumentError(f"tokenizer {tokenizer!r}: not 'bytes' nor a tokenizer.json")
-        expected = hash_file(candidate)
-    if stored.get("hash") != expected:
-        raise DataError(f"{ds.directory}: tokenized with {stored.get('name', 'unknown')!r} "
-                        f"({stored.get('hash')}), not with {tokenizer!r}; reconvert the text or "
-                        "name the tokenizer it was made with")

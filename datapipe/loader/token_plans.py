@@ -1,0 +1,109 @@
+"""What TokenLoader plans and reads beside its batches: a rank's plan in the shape the batch
+producer asks for, the checks a text dataset passes before it is read, and metadata columns
+aligned with a batch's sequences."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from datapipe.errors import ArgumentError, DataError
+from datapipe.format.dataset import Dataset
+from datapipe.loader.base import refuse_empty
+from datapipe.loader.token_batches import LOSS_MASK
+from datapipe.sampling.overflow import Overflow
+from datapipe.sampling.tokens import TokenPlan, round_up
+
+
+@dataclass(frozen=True)
+class RankTokenPlan:
+    """A rank's token plan, in the shape the batch producer asks for."""
+
+    plan: TokenPlan
+    is_pad: np.ndarray  # per batch
+    lengths: np.ndarray | None = None  # per document; None: no piece carries a target on
+    ids: np.ndarray | None = None  # a mixture's: per document of the epoch, its combined id
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def batch(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        doc = self.plan.batch(b)[0]
+        return doc if self.ids is None else self.ids[doc], np.full(len(doc), self.is_pad[b])
+
+    def extra(self, b: int) -> dict[str, Any]:
+        doc, start, end, rows = self.plan.batch(b)
+        cut = None if self.lengths is None else self.lengths[doc] > end  # split pieces
+        return {"start": start, "end": end, "rows": rows, "cut": cut}
+
+
+def aligned_columns(columns: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
+    """Metadata values, one per entry of `index`: a padding sequence (-1, only ever a packed
+    batch's last) gets 0 or None."""
+    if not len(index) or index[-1] >= 0:
+        return columns
+    filler = np.flatnonzero(index.numpy() < 0)
+    at = filler - np.arange(len(filler))  # np.insert's positions: before the shifted entries
+    out: dict[str, Any] = {}
+    for name, value in columns.items():
+        if isinstance(value, np.ndarray):
+            out[name] = np.insert(value, at, np.zeros((), value.dtype), axis=0)
+        else:
+            out[name] = list(value)
+            for i in filler.tolist():
+                out[name].insert(i, None)
+    return out
+
+
+def check_text_dataset(ds: Dataset, tokenizer: str | None) -> None:
+    manifest = ds.manifest
+    if manifest.kind != "text":
+        raise DataError(f"{ds.directory}: a {manifest.kind} dataset; TokenLoader reads text")
+    refuse_empty(ds)
+    if LOSS_MASK in manifest.column_names and manifest.column(LOSS_MASK).type != "uint8[]":
+        raise DataError(f"{ds.directory}: column {LOSS_MASK!r} is "
+                        f"{manifest.column(LOSS_MASK).type}; a loss mask is uint8[], one 0 or 1 "
+                        "per token")
+    if tokenizer is None:
+        return
+    stored = manifest.tokenizer or {}
+    if tokenizer == "bytes":
+        expected = "builtin:bytes-v1"
+    else:
+        from datapipe.format.hashing import hash_file
+
+        candidate = Path(tokenizer)
+        if candidate.is_dir():
+            candidate = candidate / "tokenizer.json"
+        if not candidate.is_file():
+            raise ArgumentError(f"tokenizer {tokenizer!r}: not 'bytes' nor a tokenizer.json")
+        expected = hash_file(candidate)
+    if stored.get("hash") != expected:
+        raise DataError(f"{ds.directory}: tokenized with {stored.get('name', 'unknown')!r} "
+                        f"({stored.get('hash')}), not with {tokenizer!r}; reconvert the text or "
+                        "name the tokenizer it was made with")
+
+
+def overflow_policy(layout: str, cap: int | None, mode: str | None, max_tokens: int | None,
+                    seq_len: int, pad_to_multiple_of: int) -> Overflow | None:
+    """TokenLoader's long-document policy, checked against the layout's budget; None: the
+    default (split at the budget; padded refuses)."""
+    if mode is None and cap is None:
+        return None
+    if layout == "padded" and mode in (None, "split"):
+        raise ArgumentError(f"overflow={mode!r}: layout='padded' never splits a document; "
+                            "give overflow='truncate' or 'drop'")
+    budget = {"packed": max_tokens and max_tokens // pad_to_multiple_of * pad_to_multiple_of,
+              "fixed": seq_len, "padded": max_tokens}[layout]
+    need = cap if cap is None or layout != "padded" else round_up(cap, pad_to_multiple_of)
+    if budget is not None and need is not None and need > budget:
+        raise ArgumentError(f"max_seq_len={cap} is more than one batch holds "
+                            f"({'seq_len' if layout == 'fixed' else 'max_tokens'}="
+                            f"{budget}); lower it or raise the budget")
+    if cap is None and budget is None:
+        raise ArgumentError(f"overflow={mode!r} needs max_seq_len (no max_tokens to cap at)")
+    return Overflow(cap or budget, mode or "split")
