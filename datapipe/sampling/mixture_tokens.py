@@ -2,14 +2,19 @@
 the token planners (sampling/tokens.py) cut them into batches.
 
 Weights are by tokens (how LLM blends are given) or by documents. With tokens, an epoch has
-`epoch_size` tokens and source s contributes its share Q_s of them: epoch e takes the documents
-of its stream (mixture_streams.stream_slice) that begin within tokens [e * Q_s, (e + 1) * Q_s)
-of it, so what one epoch overshoots by its last document the next one takes less, and a
-stream's position after any number of epochs is one search in one permutation's token counts.
+`epoch_size` tokens and source s contributes its share Q_s(e) of them: epoch e takes the
+documents of its stream (mixture_streams.stream_slice) that begin within tokens
+[M_s(e), M_s(e) + Q_s(e)) of it, M_s(e) the sum of its quotas over the epochs before, so what
+one epoch overshoots by its last document the next one takes less, and a stream's position
+after any number of epochs is one search in one permutation's token counts.
 
-The sources' documents are interleaved by token deficit: each document is placed at the
-midpoint of the tokens it brings, as a fraction of its source's quota, so that every stretch of
-the epoch holds each source close to its weight by tokens. The epoch then goes to the token
+Weights may change in phases that begin at positions in the weights' unit (mixture_spans.py):
+an epoch is split into spans by the phases in force over it, and each source's documents go to
+the spans in stream order, each span taking those that begin within the source's amount of it.
+Within a span the sources' documents are interleaved by token deficit: each document is placed
+at the midpoint of the tokens it brings, as a fraction of its source's amount of the span, so
+that every stretch of the epoch holds each source close to the weights in force. With one
+phase, the span is the epoch and the amount the quota. The epoch then goes to the token
 planners as one list of documents (`MixtureDocuments.lengths`, in that order), with a map back
 to (source, index within the source): their resume (Pieces, TokenRemainder) is unchanged.
 """
@@ -23,8 +28,9 @@ import numpy as np
 
 from datapipe.errors import ArgumentError
 from datapipe.sampling.elastic import Segment, drawn_prefix
+from datapipe.sampling.mixture_spans import drawn_before, epoch_quota, epoch_spans
 from datapipe.sampling.mixture_streams import stream_slice
-from datapipe.sampling.mixture_weights import MixtureWeights, apportion
+from datapipe.sampling.mixture_weights import MixtureWeights, WeightSchedule
 from datapipe.sampling.tokens import TokenPlan, TokenRemainder
 
 WEIGHT_UNITS = ("tokens", "documents")
@@ -48,22 +54,30 @@ class MixtureDocuments:
 
 @dataclass(frozen=True)
 class TokenMixture:
-    """Sources of documents with `lengths[s][i]` tokens each, mixed by `weights`."""
+    """Sources of documents with `lengths[s][i]` tokens each, mixed by `schedule`: phases of
+    weights whose `start_step`s are positions in the weights' unit, counted from the start of
+    epoch 0 (mixture_spans.py); a plain MixtureWeights is one phase."""
 
     lengths: tuple[np.ndarray, ...]
-    weights: MixtureWeights
+    schedule: WeightSchedule  # or MixtureWeights, taken as one phase
     weight_by: str = "tokens"
     epoch_size: int | None = None  # tokens or documents (as weight_by); None: the sum
     seed: int = 0
     shuffle: bool = True
 
     def __post_init__(self) -> None:
+        if isinstance(self.schedule, MixtureWeights):
+            object.__setattr__(self, "schedule", WeightSchedule.constant(self.schedule))
+        if not isinstance(self.schedule, WeightSchedule):
+            raise ArgumentError("schedule must be a MixtureWeights or a WeightSchedule, got "
+                                f"{type(self.schedule).__name__}")
         if self.weight_by not in WEIGHT_UNITS:
             raise ArgumentError(f"weight_by must be one of {', '.join(WEIGHT_UNITS)}, got "
                                 f"{self.weight_by!r}")
-        if len(self.weights.values) != len(self.lengths):
-            raise ArgumentError(f"weights has {len(self.weights.values)} weights for "
-                                f"{len(self.lengths)} sources")
+        weights = len(self.schedule.phases[0].weights.values)
+        if weights != len(self.lengths):
+            raise ArgumentError(f"weights has {weights} weights for {len(self.lengths)} "
+                                "sources")
         for s, lengths in enumerate(self.lengths):
             if not len(lengths) or not lengths.sum():
                 raise ArgumentError(f"source {s} is empty: it has no "
@@ -74,32 +88,42 @@ class TokenMixture:
 
     def identity(self) -> dict[str, object]:
         """What a state saved over this mixture must match (see Mixture.identity)."""
-        return {"weights": list(self.weights.values), "weight_by": self.weight_by,
-                "epoch_size": sum(self._sizes()) if self.epoch_size is None
-                else self.epoch_size}
+        return {"weights": self.schedule.to_json(), "weight_by": self.weight_by,
+                "epoch_size": self.size}
 
     @property
     def by_tokens(self) -> bool:
         return self.weight_by == "tokens"
 
-    def _sizes(self) -> list[int]:
-        """Each source's size in the weights' unit."""
-        return [int(n.sum()) if self.by_tokens else len(n) for n in self.lengths]
+    @property
+    def size(self) -> int:
+        """An epoch's size in the weights' unit."""
+        if self.epoch_size is not None:
+            return self.epoch_size
+        return sum(int(n.sum()) if self.by_tokens else len(n) for n in self.lengths)
 
     @property
     def quota(self) -> list[int]:
-        """Each source's share of an epoch, in the weights' unit."""
-        size = sum(self._sizes()) if self.epoch_size is None else self.epoch_size
-        return apportion(size, self.weights.shares)
+        """Each source's share of epoch 0 in the weights' unit (of every epoch, with one
+        phase)."""
+        return self.epoch_quota(0)
+
+    def epoch_quota(self, epoch: int) -> list[int]:
+        """Each source's share of epoch `epoch`, by the phases in force over it."""
+        return epoch_quota(self.schedule, epoch, self.size)
 
     def stream_position(self, source: int, epoch: int,
                         cache: dict | None = None) -> tuple[int, int]:
         """(documents, tokens) of source's stream that the epochs before `epoch` drew."""
-        lengths = self.lengths[source].astype(np.int64)
-        mark = epoch * self.quota[source]
+        return self._position_at(source, drawn_before(self.schedule, epoch, self.size)[source],
+                                 cache)
+
+    def _position_at(self, source: int, mark: int, cache: dict | None) -> tuple[int, int]:
+        """(documents, tokens) of source's stream before its first document that begins at or
+        after `mark` (in the weights' unit)."""
         if not self.by_tokens:
             return mark, _tokens_up_to(self, source, mark, cache)
-        # The first document that begins at or after `mark` tokens of the stream.
+        lengths = self.lengths[source].astype(np.int64)
         total, n = int(lengths.sum()), len(lengths)
         cycle, into = divmod(mark, total)
         perm = stream_slice(n, self.seed, source, cycle * n, n, self.shuffle, cache)
@@ -109,26 +133,49 @@ class TokenMixture:
         return cycle * n + first, tokens
 
     def epoch(self, epoch: int) -> MixtureDocuments:
-        """The documents of epoch `epoch`, interleaved by token (or document) deficit."""
-        keys, sources, locals_, lengths = [], [], [], []
+        """The documents of epoch `epoch`, interleaved by token (or document) deficit within
+        each span of the phases."""
+        keys, spans, sources, locals_, lengths = [], [], [], [], []
         cache: dict = {}  # each permutation made once, for both ends and the slice
-        before = [self.stream_position(s, epoch, cache) for s in range(len(self.lengths))]
-        after = [self.stream_position(s, epoch + 1, cache) for s in range(len(self.lengths))]
-        for s, ((lo, _), (hi, _)) in enumerate(zip(before, after, strict=True)):
+        amounts = np.array([span.amounts for span in epoch_spans(self.schedule, epoch,
+                                                                 self.size)], dtype=np.int64)
+        marks = drawn_before(self.schedule, epoch, self.size)
+        before = [self._position_at(s, m, cache) for s, m in enumerate(marks)]
+        after = [self._position_at(s, m + int(a), cache)
+                 for s, (m, a) in enumerate(zip(marks, amounts.sum(axis=0), strict=True))]
+        for s, ((lo, lo_tokens), (hi, _)) in enumerate(zip(before, after, strict=True)):
             local = stream_slice(len(self.lengths[s]), self.seed, s, lo, hi - lo, self.shuffle,
                                  cache)
             size = self.lengths[s][local].astype(np.int64)
             amount = size if self.by_tokens else np.ones(len(size), dtype=np.int64)
-            midpoint = np.cumsum(amount) - amount / 2
-            keys.append(midpoint / max(1, self.quota[s]))
+            overshot = (lo_tokens if self.by_tokens else lo) - marks[s]
+            span, key = _span_keys(amount, overshot, amounts[:, s])
+            keys.append(key)
+            spans.append(span)
             sources.append(np.full(len(local), s, dtype=np.int64))
             locals_.append(local)
             lengths.append(size)
-        order = np.argsort(np.concatenate(keys), kind="stable")  # ties: the earlier source
+        # Span by span, each by its keys; ties: the earlier source.
+        order = np.lexsort((np.concatenate(keys), np.concatenate(spans)))
         return MixtureDocuments(np.concatenate(lengths)[order], np.concatenate(sources)[order],
                                 np.concatenate(locals_)[order],
                                 np.array([d for d, _ in before], dtype=np.int64),
                                 np.array([t for _, t in before], dtype=np.int64))
+
+
+def _span_keys(amount: np.ndarray, overshot: int,
+               span_amounts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(span, key) of a source's documents in an epoch, in stream order. A document goes to
+    the span its beginning falls in (counted from the source's mark: the first one begins
+    `overshot` past it); its key is the midpoint of what it brings, from the span's first
+    document, as a fraction of the source's amount of the span. A span the source has no
+    amount of gets none of its documents."""
+    ends = np.cumsum(amount)
+    begins = ends - amount
+    span = np.searchsorted(np.cumsum(span_amounts), begins + overshot, side="right")
+    first = np.searchsorted(span, span, side="left")  # each one's span's first document
+    midpoint = ends - amount / 2 - begins[first]
+    return span, midpoint / np.maximum(span_amounts[span], 1)
 
 
 def _tokens_up_to(mixture: TokenMixture, source: int, documents: int,

@@ -52,7 +52,7 @@ def test_any_100_consecutive_batches_hold_each_source_within_2_percent_by_tokens
     a whole batch, as long as its budget, it was seen to reach 2.1%)."""
     mix = token_mixture((3000, 800, 50), weights, longest, seed=longest,
                         epoch_size=16_384 * 350)
-    shares = np.array([float(s) for s in mix.weights.shares])
+    shares = np.array([float(s) for s in mix.schedule.phases[0].weights.shares])
     for epoch in (0, 3):
         documents = mix.epoch(epoch)
         tokens = tokens_per_batch(packed(documents, 16_384), documents.source, 3)
@@ -190,7 +190,7 @@ def packed_pieces(pieces: Pieces, max_tokens: int) -> TokenPlan:
     ({"lengths": (np.array([3, 4]),) * 3}, "weights has 2 weights for 3 sources"),
 ])
 def test_bad_settings_are_refused_in_one_line(kw: dict, message: str) -> None:
-    args = {"lengths": (np.array([3, 4]), np.array([5])), "weights": MixtureWeights((1, 1)),
+    args = {"lengths": (np.array([3, 4]), np.array([5])), "schedule": MixtureWeights((1, 1)),
             **kw}
     with pytest.raises(ArgumentError, match=message):
         TokenMixture(**args)
@@ -198,7 +198,7 @@ def test_bad_settings_are_refused_in_one_line(kw: dict, message: str) -> None:
 
 def test_the_identity_names_what_a_saved_state_must_match() -> None:
     mix = token_mixture((5, 3), (2, 1), 10, seed=1)
-    assert mix.identity() == {"weights": [2, 1], "weight_by": "tokens",
+    assert mix.identity() == {"weights": [[0, [2, 1]]], "weight_by": "tokens",
                               "epoch_size": int(sum(n.sum() for n in mix.lengths))}
     assert token_mixture((5, 3), (2, 1), 10, seed=1, weight_by="documents").identity() == {
-        "weights": [2, 1], "weight_by": "documents", "epoch_size": 8}
+        "weights": [[0, [2, 1]]], "weight_by": "documents", "epoch_size": 8}
