@@ -72,30 +72,45 @@ class MixtureSetup:
     def reweighted(self, state: Any, schedule: WeightSchedule,
                    steps_per_epoch: Callable[[int], int]) -> WeightSchedule | None:
         """With `reweight=True`, for a state saved with other weights: its weights up to its
-        next global step, this loader's from that step on (a phase of these already begun
-        there starts there). None: nothing to change (the same weights, no reweight, or a
-        state whose faults `load_state_dict` names). `steps_per_epoch(world_size)`: the
-        loader's steps in an epoch, which number the state's global step."""
+        next global step, this loader's from that step on. None: nothing to change (the same
+        weights, no reweight, or a state whose faults `load_state_dict` names).
+        `steps_per_epoch(world_size)`: the loader's steps in an epoch, which number the
+        state's global step."""
         saved = state.get("identity") if isinstance(state, dict) else None
-        saved_weights = saved.get("weights") if isinstance(saved, dict) else None
-        if not self.reweight or saved_weights is None or saved_weights == schedule.to_json():
+        if not self.reweight or not isinstance(saved, dict):
+            return None
+        try:
+            theirs = parse_schedule(saved.get("weights"))
+        except ArgumentError:
             return None
         world, epoch, done = (saved.get("world_size"), state.get("epoch"),
                               state.get("batches_done"))
-        if not (is_count(world) and world >= 1 and is_count(epoch) and is_count(done)):
+        if theirs is None or theirs.to_json() == schedule.to_json() or not (
+                is_count(world) and world >= 1 and is_count(epoch) and is_count(done)):
             return None
-        step = epoch * steps_per_epoch(world) + done
-        try:
-            before = WeightSchedule(tuple(Phase(int(start), MixtureWeights(tuple(values)))
-                                          for start, values in saved_weights))
-        except (TypeError, ValueError, ArgumentError) as exc:
-            raise ArgumentError(f"load_state_dict: the state's weights {saved_weights!r} are "
-                                "not a weight schedule") from exc
-        kept = [p for p in before.phases if p.start_step < step]
-        later = [p for p in schedule.phases if p.start_step > step]
-        current = [p for p in schedule.phases if p.start_step <= step][-1]
-        return WeightSchedule((*kept, Phase(step, current.weights), *later)
-                              if kept else (Phase(0, current.weights), *later))
+        return splice(theirs, schedule, epoch * steps_per_epoch(world) + done)
+
+
+def parse_schedule(saved: Any) -> WeightSchedule | None:
+    """A state's `weights` entry ([[start, [weights]], ...]) as a schedule; None if absent."""
+    if saved is None:
+        return None
+    try:
+        return WeightSchedule(tuple(Phase(int(start), MixtureWeights(tuple(values)))
+                                    for start, values in saved))
+    except (TypeError, ValueError, ArgumentError) as exc:
+        raise ArgumentError(f"load_state_dict: the state's weights {saved!r} are not a weight "
+                            "schedule") from exc
+
+
+def splice(before: WeightSchedule, after: WeightSchedule, at: int) -> WeightSchedule:
+    """`before`'s phases up to `at`, `after`'s from it on (its phase in force at `at` begins
+    there)."""
+    kept = [p for p in before.phases if p.start_step < at]
+    later = [p for p in after.phases if p.start_step > at]
+    current = [p for p in after.phases if p.start_step <= at][-1]
+    return WeightSchedule((*kept, Phase(at, current.weights), *later) if kept
+                          else (Phase(0, current.weights), *later))
 
 
 def check_mixture_arguments(path: Any, weights: ScheduleArg | None, epoch_size: int | None,

@@ -166,7 +166,7 @@ def _check_identity(saved: Any, identity: dict[str, Any], ignored: tuple[str, ..
     changed = {k: (saved.get(k), v) for k, v in identity.items()
                if saved.get(k) != v and not (k in _ADDED_LATER and k not in saved)
                and k not in _ELASTIC and k not in ignored}
-    if "sources" in changed:
+    if saved.get("sources") != identity.get("sources"):  # a mixture, one way or the other
         raise ArgumentError(f"load_state_dict: the state was saved over "
                             f"{_names(saved.get('sources'))}, this loader reads "
                             f"{_names(identity.get('sources'))}")

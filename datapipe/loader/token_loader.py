@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from datapipe.errors import ArgumentError
 from datapipe.format.concat import ConcatDataset, open_dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
@@ -30,13 +29,13 @@ from datapipe.loader.token_mixing import TokenMixing, single_source_progress
 from datapipe.loader.token_plans import (
     RankTokenPlan,
     aligned_columns,
+    check_layout,
     check_text_dataset,
     overflow_policy,
 )
 from datapipe.sampling.mixture_weights import ScheduleArg
 from datapipe.sampling.order import epoch_permutation
 from datapipe.sampling.tokens import (
-    LAYOUTS,
     Pieces,
     TokenPlan,
     TokenRemainder,
@@ -145,7 +144,8 @@ class TokenLoader(LoaderBase):
         self.batch_multiple_of = check_counter("batch_multiple_of", batch_multiple_of, minimum=1)
         self.bucket_batches = check_counter("bucket_batches", bucket_batches, minimum=1)
         self.pack_window = check_counter("pack_window", pack_window, minimum=1)
-        self._validate()
+        check_layout(self.layout, self.max_tokens, self.batch_size, self.seq_len,
+                     self.pad_to_multiple_of)
         self.overflow = overflow_policy(self.layout, check_optional("max_seq_len", max_seq_len,
                                                                     minimum=1), overflow,
                                         self.max_tokens, self.seq_len, self.pad_to_multiple_of)
@@ -156,7 +156,8 @@ class TokenLoader(LoaderBase):
                                               self.seq_len, self.batch_fields)
         extras = self._read_datasets(mixing, verify, tokenizer, extra_columns)
         self.mixing = None if mixing is None else TokenMixing(
-            mixing, self.source_lengths, weight_by, epoch_size, seed, shuffle)
+            mixing, self.source_lengths, weight_by, epoch_size, seed, shuffle,
+            self._step_unit(weight_by))
         self._check_fields(BATCH_KEYS[layout] + COMMON_KEYS + extras
                            + tuple(sorted(self.batch_fields.optional))
                            + (("source",) if self.mixing else ()))
@@ -199,22 +200,29 @@ class TokenLoader(LoaderBase):
             self._manifest = manifest_fingerprint(ds.manifest)
             return extra_column_names(ds.manifest, extra_columns, standard)
 
-    def _validate(self) -> None:
-        """How the (already integer) settings fit together."""
-        if self.layout not in LAYOUTS:
-            raise ArgumentError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if self.max_tokens is None and self.batch_size is None:
-            raise ArgumentError("give max_tokens (a token budget) or batch_size")
-        if self.layout == "fixed":
-            if self.seq_len < 1:
-                raise ArgumentError("layout='fixed' needs seq_len >= 1")
-            if self.max_tokens is not None and self.max_tokens < self.seq_len:
-                raise ArgumentError(f"max_tokens={self.max_tokens} is smaller than one row of "
-                                    f"seq_len={self.seq_len}")
-        if self.layout == "packed" and self.max_tokens is not None and \
-                self.max_tokens < self.pad_to_multiple_of:
-            raise ArgumentError(f"max_tokens={self.max_tokens} is smaller than "
-                                f"pad_to_multiple_of={self.pad_to_multiple_of}")
+    def _step_unit(self, weight_by: str) -> int | None:
+        """Tokens (or documents) all ranks' steps take, at most, each: what places a phase of
+        weights given by step (None: not fixed by the settings)."""
+        if weight_by == "documents":
+            fixed = self.batch_size if self.max_tokens is None else None
+        elif self.layout == "fixed":
+            fixed = self._rows_per_batch() * self.seq_len
+        else:
+            fixed = self.max_tokens
+        return None if fixed is None else fixed * self.world_size
+
+    def _reweight(self, state: dict[str, Any]) -> bool:
+        if self.mixing is None:
+            return False
+        changed = self.mixing.reconcile(state, self._fresh_epoch_start)
+        self._starts.clear()  # planned with the weights before, or the state's
+        self._plans.clear()
+        return changed
+
+    def _fresh_epoch_start(self, epoch: int) -> TokenRemainder:
+        """The epoch planned anew (the mixture's weights changed)."""
+        self._starts.clear()
+        return self._epoch_start(epoch)
 
     def _planned_lengths(self) -> np.ndarray:
         """The lengths the planner sees: every document, or the ones the policy keeps."""

@@ -4,22 +4,28 @@ so far."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from datapipe.errors import ArgumentError
-from datapipe.loader.mixing import MixtureSetup
+from datapipe.loader.mixing import MixtureSetup, parse_schedule, splice
 from datapipe.loader.progress_state import LoaderPosition
+from datapipe.sampling.elastic import is_count, parse_lineage
 from datapipe.sampling.mixture_tokens import (
     WEIGHT_UNITS,
     MixtureDocuments,
     TokenMixture,
     drawn_in_token_epoch,
 )
+from datapipe.sampling.mixture_weights import Phase, WeightSchedule
 from datapipe.sampling.tokens import TokenRemainder
+
+_UNIT_NEEDS = {"tokens": "give max_tokens, or layout='fixed' with seq_len",
+               "documents": "give batch_size without max_tokens"}
 
 _CACHED_EPOCHS = 2  # the epoch under way and the next one, which workers start on early
 
@@ -28,22 +34,71 @@ class TokenMixing:
     """A TokenLoader's mixture of `source_lengths` (per source, per document: its tokens)."""
 
     def __init__(self, setup: MixtureSetup, source_lengths: Sequence[np.ndarray],
-                 weight_by: str, epoch_size: int | None, seed: int, shuffle: bool) -> None:
+                 weight_by: str, epoch_size: int | None, seed: int, shuffle: bool,
+                 step_unit: int | None) -> None:
         if weight_by not in WEIGHT_UNITS:
             raise ArgumentError(f"weight_by must be one of {', '.join(WEIGHT_UNITS)}, got "
                                 f"{weight_by!r}")
         self.setup = setup
         self.names = setup.sources.names
         sizes = [int(n.sum()) if weight_by == "tokens" else len(n) for n in source_lengths]
-        self.schedule = setup.schedule(sizes)
-        if len(self.schedule.phases) > 1:
-            raise ArgumentError("weights: TokenLoader takes one set of weights; phases of "
-                                "weights, (start_step, weights) pairs, are for Loader")
-        self.mixture = TokenMixture(tuple(source_lengths), self.schedule.phases[0].weights,
+        self.steps = setup.schedule(sizes)  # as given: phases by step
+        if len(self.steps.phases) > 1 and step_unit is None:
+            raise ArgumentError(f"weights: phases by step need a fixed amount of {weight_by} "
+                                f"per step to be placed ({_UNIT_NEEDS[weight_by]})")
+        self.step_unit = step_unit or 1
+        self.mixture = TokenMixture(tuple(source_lengths), self._positions(self.step_unit),
                                     weight_by, epoch_size, seed, shuffle)
         counts = [len(n) for n in source_lengths]
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._epochs: dict[int, MixtureDocuments] = {}
+
+    def _positions(self, unit: int) -> WeightSchedule:
+        """The phases placed in the weights' unit: a phase at step s begins at s x `unit`
+        tokens (or documents) of the run (the budget of all ranks' steps)."""
+        return WeightSchedule(tuple(Phase(p.start_step * unit, p.weights)
+                                    for p in self.steps.phases))
+
+    def _use(self, schedule: WeightSchedule) -> None:
+        self.mixture = dataclasses.replace(self.mixture, schedule=schedule)
+        self._epochs.clear()
+
+    def reconcile(self, state: dict[str, Any],
+                  epoch_start: Callable[[int], TokenRemainder]) -> bool:
+        """Take what a saved state fixed: its phases' placement (a state saved at another
+        world size placed them by its own tokens per step, and they stay there), and with
+        reweight=True, its weights up to where it stopped, these from there on.
+        `epoch_start(epoch)`: the loader's plan of an epoch, made anew. True: the weights now
+        continue the state's, which was saved with other weights."""
+        saved = state.get("identity") if isinstance(state, dict) else None
+        if not isinstance(saved, dict):
+            return False
+        unit = saved.get("phase_unit")
+        if is_count(unit) and unit >= 1 and unit != self.step_unit:
+            self.step_unit = unit
+            self._use(self._positions(unit))
+        mine = self.mixture.schedule
+        try:
+            theirs = parse_schedule(saved.get("weights"))
+        except ArgumentError:
+            return False  # restore_position names the difference
+        if not self.setup.reweight or theirs is None or theirs.to_json() == mine.to_json() \
+                or not _counters_valid(state):
+            return False
+        self._use(theirs)
+        at = self._stopped_at(state, epoch_start)
+        self._use(splice(theirs, mine, at))
+        return True
+
+    def _stopped_at(self, state: dict[str, Any],
+                    epoch_start: Callable[[int], TokenRemainder]) -> int:
+        """Where in the run a state stopped, in the weights' unit, planned with the weights
+        held now (the state's own). Its counters were checked by the caller's reconcile."""
+        world = state["identity"]["world_size"]
+        position = LoaderPosition(state["epoch"], state["batches_done"], False,
+                                  parse_lineage(state.get("segments")))
+        return position.epoch * self.mixture.size + self.drawn_in_epoch(
+            position, world, epoch_start(position.epoch))
 
     def epoch(self, epoch: int) -> MixtureDocuments:
         """The epoch's documents in planning order (made once, kept while it is planned)."""
@@ -60,13 +115,12 @@ class TokenMixing:
         return self.offsets[docs.source] + docs.local
 
     def max_epoch_tokens(self) -> int:
-        """The most tokens an epoch can hold: each source's quota, overshot by at most its
-        longest document (by tokens), or its quota of its longest documents."""
-        lengths = self.mixture.lengths
+        """The most tokens an epoch can hold: its size, each source overshooting by at most
+        its longest document (by tokens), or its size in the longest documents."""
+        longest = [int(n.max()) for n in self.mixture.lengths]
         if self.mixture.by_tokens:
-            return sum(q + int(n.max()) for q, n in zip(self.mixture.quota, lengths,
-                                                        strict=True))
-        return sum(q * int(n.max()) for q, n in zip(self.mixture.quota, lengths, strict=True))
+            return self.mixture.size + sum(longest)
+        return self.mixture.size * max(longest)
 
     def split_index(self, batch: dict[str, Any]) -> None:
         """A batch's combined `index` into `source` and the id within the source (-1 stays
@@ -80,7 +134,18 @@ class TokenMixing:
         batch["source"] = torch.from_numpy(source.astype(np.int64, copy=False))
 
     def identity(self) -> dict[str, Any]:
-        return self.setup.identity(self.mixture.identity())
+        identity = self.setup.identity(self.mixture.identity())
+        if len(self.steps.phases) > 1:
+            identity["phase_unit"] = self.step_unit
+        return identity
+
+    def drawn_in_epoch(self, position: LoaderPosition, world_size: int,
+                       start: TokenRemainder) -> int:
+        """How far into its epoch `position` is, in the weights' unit, all sources together."""
+        documents, tokens = drawn_in_token_epoch(start, position.segments, world_size,
+                                                 position.batches_done,
+                                                 self.epoch(position.epoch), len(self.names))
+        return int((tokens if self.mixture.by_tokens else documents).sum())
 
     def progress(self, position: LoaderPosition, world_size: int,
                  start: TokenRemainder) -> dict[str, dict[str, int]]:
@@ -107,3 +172,13 @@ def single_source_progress(name: str, position: LoaderPosition, world_size: int,
     return {name: {"documents": int(documents[0]) + position.epoch * documents_per_epoch,
                    "tokens": int(tokens[0]) + position.epoch * tokens_per_epoch}}
 
+
+def _counters_valid(state: dict[str, Any]) -> bool:
+    """A state's position is countable (else restore_position names what is wrong)."""
+    world = state["identity"].get("world_size")
+    try:
+        parse_lineage(state.get("segments"))
+    except ArgumentError:
+        return False
+    return is_count(world) and world >= 1 and is_count(state.get("epoch")) and \
+        is_count(state.get("batches_done"))

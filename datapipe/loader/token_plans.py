@@ -16,7 +16,7 @@ from datapipe.format.dataset import Dataset
 from datapipe.loader.base import refuse_empty
 from datapipe.loader.token_batches import LOSS_MASK
 from datapipe.sampling.overflow import Overflow
-from datapipe.sampling.tokens import TokenPlan, round_up
+from datapipe.sampling.tokens import LAYOUTS, TokenPlan, round_up
 
 
 @dataclass(frozen=True)
@@ -107,3 +107,22 @@ def overflow_policy(layout: str, cap: int | None, mode: str | None, max_tokens: 
     if cap is None and budget is None:
         raise ArgumentError(f"overflow={mode!r} needs max_seq_len (no max_tokens to cap at)")
     return Overflow(cap or budget, mode or "split")
+
+
+def check_layout(layout: str, max_tokens: int | None, batch_size: int | None, seq_len: int,
+                 pad_to_multiple_of: int) -> None:
+    """How TokenLoader's (already integer) layout settings fit together."""
+    if layout not in LAYOUTS:
+        raise ArgumentError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if max_tokens is None and batch_size is None:
+        raise ArgumentError("give max_tokens (a token budget) or batch_size")
+    if layout == "fixed":
+        if seq_len < 1:
+            raise ArgumentError("layout='fixed' needs seq_len >= 1")
+        if max_tokens is not None and max_tokens < seq_len:
+            raise ArgumentError(f"max_tokens={max_tokens} is smaller than one row of "
+                                f"seq_len={seq_len}")
+    if layout == "packed" and max_tokens is not None and \
+            max_tokens < pad_to_multiple_of:
+        raise ArgumentError(f"max_tokens={max_tokens} is smaller than "
+                            f"pad_to_multiple_of={pad_to_multiple_of}")

@@ -66,7 +66,7 @@ def analyse(rec: Recording, settings: ProfileSettings) -> dict[str, Any]:
     on_device = m.source == "device"
     result: dict[str, Any] = {
         "source": rec.source, "steps": len(normal), "measured_steps": len(m.steps),
-        "notes": list(rec.notes), "incomplete": rec.incomplete,
+        "notes": list(rec.notes), "incomplete": rec.incomplete, "sources": rec.sources,
         "timing": m.source, "device_clock": rec.device_clock,
         "step_seconds": _stats(host_seconds), "wait_seconds": _stats(host_waits),
         "exposed_input_fraction": exposed,

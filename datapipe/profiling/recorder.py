@@ -59,9 +59,19 @@ class Profiler:
         finally:
             if observed:
                 iterable.observer = None
+                self._take_progress(iterable)
                 producer = getattr(iterable, "_producer", None)
                 started = getattr(producer, "started_at", None)
                 self.recording.loader_started = self.recording.loader_started or started
+
+    def _take_progress(self, loader: Any) -> None:
+        """A mixture's samples (tokens) per source so far, for the report; read once per pass,
+        after it, off the hot path."""
+        if getattr(loader, "mixing", None) is not None:
+            try:
+                self.recording.sources = loader.progress()
+            except Exception as exc:  # the report goes on without it, and says why
+                self._note(f"per-source counts unavailable: {type(exc).__name__}: {exc}")
 
     def _timed(self, source: Iterator[Any]) -> Iterator[Any]:
         clock = time.perf_counter

@@ -34,3 +34,5 @@ class Recording:
     device_clock: str | None = None   # what timed the device (None: host-side waiting only)
     device_origin: float | None = None  # host time of the first device mark
     incomplete: str | None = None     # why the run ended early, when it did
+    # What each source of a mixture gave, as the loader's progress() said when a pass ended.
+    sources: dict[str, dict[str, int]] | None = None

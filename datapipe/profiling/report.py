@@ -81,11 +81,21 @@ def _loader_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     if stages["main_seconds"]:
         rows.append(("main-process stages", _seconds(stages["main_seconds"])))
     q = r["queue"]
+    if r.get("sources"):
+        rows.append(("drawn per source", _per_source(r["sources"])))
     if q:
         rows.append(("prefetch queue", f"{q['mean_ready']:.1f} of {q['capacity']} ready on "
                      f"average; empty at {q['empty_fraction']:.0%}, full at "
                      f"{q['full_fraction']:.0%} of requests"))
     return rows
+
+
+def _per_source(sources: dict[str, dict[str, int]]) -> str:
+    """Each source's share of what the mixture drew: by tokens for text, else by samples."""
+    unit = "tokens" if all("tokens" in c for c in sources.values()) else "samples"
+    total = sum(c[unit] for c in sources.values()) or 1
+    return ", ".join(f"{name} {c[unit] / total:.1%} ({c[unit]:,} {unit})"
+                     for name, c in sources.items())
 
 
 def _probe_rows(r: dict[str, Any]) -> list[tuple[str, str]]:

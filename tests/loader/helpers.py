@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -49,3 +50,22 @@ def check_resume_at_every_step(make_loader: Callable[[], Any], epoch: int = 0) -
         assert len(head) + len(tail) == len(full), f"restore after {k} batches"
         for got, want in zip(head + tail, full, strict=True):
             assert same_batch(got, want), f"batches differ after a restore at batch {k}"
+
+
+def run_world(make: Callable[..., Any], world: int, state: dict[str, Any] | None,
+              steps: int | None = None, epoch: int = 0) -> tuple[list[list[Any]], dict[str, Any]]:
+    """Every rank of `world` from `state` (else from `epoch`'s start) for `steps` steps (else
+    to the pass's end): each rank's batches, and rank 0's state after them, through JSON."""
+    loaders = [make(rank=r, world_size=world) for r in range(world)]
+    try:
+        for loader in loaders:
+            loader.load_state_dict(state) if state else loader.set_epoch(epoch)
+        lengths = {len(loader) for loader in loaders}
+        assert len(lengths) == 1, f"ranks disagree on len(): {lengths}"
+        count = lengths.pop() if steps is None else steps
+        iterators = [iter(loader) for loader in loaders]
+        batches = [[next(it) for _ in range(count)] for it in iterators]
+        return batches, json.loads(json.dumps(loaders[0].state_dict()))
+    finally:
+        for loader in loaders:
+            loader.close()

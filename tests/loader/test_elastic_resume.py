@@ -5,7 +5,6 @@ real process groups). Rank 0's state is all the new ranks get, as from a framewo
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ import datapipe as dp
 from datapipe.errors import ArgumentError
 from tests.conftest import convert
 from tests.imagegen import make_image_folder
+from tests.loader.helpers import run_world
 
 NUM_IMAGES = 23
 CROP = dp.image.CenterCrop(16)
@@ -33,25 +33,6 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "docs.txt").write_text("\n".join(lines) + "\n")
     convert("text", root / "docs.txt", root / "tokens", "--tokenizer", "bytes", "--append-eos")
     return {"images": root / "images", "tokens": root / "tokens"}
-
-
-def run_world(make: Callable[..., Any], world: int, state: dict[str, Any] | None,
-              steps: int | None = None, epoch: int = 0) -> tuple[list[list[Any]], dict[str, Any]]:
-    """Every rank of `world` from `state` (else from `epoch`'s start) for `steps` steps (else
-    to the pass's end): each rank's batches, and rank 0's state after them, through JSON."""
-    loaders = [make(rank=r, world_size=world) for r in range(world)]
-    try:
-        for loader in loaders:
-            loader.load_state_dict(state) if state else loader.set_epoch(epoch)
-        lengths = {len(loader) for loader in loaders}
-        assert len(lengths) == 1, f"ranks disagree on len(): {lengths}"
-        count = lengths.pop() if steps is None else steps
-        iterators = [iter(loader) for loader in loaders]
-        batches = [[next(it) for _ in range(count)] for it in iterators]
-        return batches, json.loads(json.dumps(loaders[0].state_dict()))
-    finally:
-        for loader in loaders:
-            loader.close()
 
 
 def images(path: Path, drop_last: bool = False, seed: int = 0) -> Callable[..., dp.Loader]:
