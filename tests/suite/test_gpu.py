@@ -48,7 +48,8 @@ def test_gpu_suite_says_it_skipped_without_cuda(tmp_path: Path,
     data = json.loads((tmp_path / "out" / "suite.json").read_text())
     (panel,) = data["suites"]["gpu"]
     assert [e["status"] for e in panel["entries"]] == [NO_CUDA]
-    assert f"| gpu and handoff | {NO_CUDA}" in (tmp_path / "out" / "suite.md").read_text()
+    assert f"| gpu and handoff and hf_train | {NO_CUDA}" in \
+        (tmp_path / "out" / "suite.md").read_text()
     assert not (tmp_path / "data").exists()  # no photos, no shards
 
 

@@ -10,5 +10,5 @@ if TYPE_CHECKING:
 
 
 def load_group(name: str) -> Group:
-    """The group `name` ("images", "recipe", "text", "convert", "gpu", "handoff")."""
+    """The group `name` ("images", "recipe", "text", "convert", "gpu", "handoff", "hf_train")."""
     return importlib.import_module(f"datapipe.suite.groups.{name}").GROUP

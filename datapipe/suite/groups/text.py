@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from datapipe.suite.fixtures import build_once, resolve_tokenizer, warm_page_cache, write_corpus
+from datapipe.suite.fixtures import build_once, warm_page_cache
 from datapipe.suite.groups import text_packing
 from datapipe.suite.groups import text_peers as tp
 from datapipe.suite.options import Options
@@ -76,14 +76,9 @@ class TextGroup(Group):
                 outcomes[name].status = "skipped"
         for key, value in CHILD_ENV.items():  # `datasets` must not reach the Hub here either
             os.environ.setdefault(key, value)
-        mb, workers = opts.text_mb, opts.workers
-        corpus = build_once(opts.data / f"text-skewed-{mb}MB", f"writing a {mb} MB skewed "
-                            "text corpus ...", lambda out: write_corpus(
-                                out, mb, document=tp.skewed_document))
-        spec, tokenizer = resolve_tokenizer("wordpiece", opts.data)
-        work = opts.data / "text" / f"{mb}MB-{tokenizer}"
-        dp = build_once(work / "datapipe", f"converting {corpus} to datapipe ...",
-                        lambda out: tp.convert_datapipe(corpus, spec, out, workers))
+        workers = opts.workers
+        corpus, spec, tokenizer, dp = tp.suite_dataset(opts.data, opts.text_mb, workers)
+        work = dp.parent
         memmap = build_once(work / "memmap", "writing train.bin ...",
                             lambda out: tp.build_memmap(dp, out / "train.bin")) / "train.bin"
         with Dataset(dp) as ds:

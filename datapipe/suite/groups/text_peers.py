@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datapipe.suite.fixtures import sentence
+from datapipe.suite.fixtures import build_once, resolve_tokenizer, sentence, write_corpus
 from datapipe.suite.runner import Record
 
 BLOCK = 1024  # nanoGPT's block_size, and the fixed layout's seq_len
@@ -58,6 +58,20 @@ def convert_datapipe(corpus: Path, tokenizer: str, out: Path, workers: int) -> N
     subprocess.run([sys.executable, "-m", "datapipe.cli", "convert", "text", str(corpus),
                     str(out), "--tokenizer", tokenizer, "--append-eos", "--workers",
                     str(workers), "--overwrite"], check=True, stdout=subprocess.DEVNULL)
+
+
+def suite_dataset(data: Path, megabytes: int, workers: int) -> tuple[Path, str, str, Path]:
+    """The text suite's corpus of skewed documents and its datapipe conversion (wordpiece, EOS
+    appended), each made once under DATA: (corpus, tokenizer spec, tokenizer name, dataset).
+    The other tools' copies go beside the dataset, in its parent folder."""
+    corpus = build_once(data / f"text-skewed-{megabytes}MB", f"writing a {megabytes} MB skewed "
+                        "text corpus ...", lambda out: write_corpus(
+                            out, megabytes, document=skewed_document))
+    spec, tokenizer = resolve_tokenizer("wordpiece", data)
+    dataset = build_once(data / "text" / f"{megabytes}MB-{tokenizer}" / "datapipe",
+                         f"converting {corpus} to datapipe ...",
+                         lambda out: convert_datapipe(corpus, spec, out, workers))
+    return corpus, spec, tokenizer, dataset
 
 
 def build_memmap(dataset: Path, out: Path) -> None:
