@@ -207,16 +207,18 @@ class LoaderBase:
             self._prefetcher.close()
             self._prefetcher = None
         if self._prefetcher is None:
-            from datapipe.format.sources import RemoteLocation
+            from datapipe.loader.prefetch import start_prefetch
 
-            location = getattr(self, "path", None)
-            if not isinstance(location, RemoteLocation):
+            self._prefetcher = start_prefetch(getattr(self, "path", None),
+                                              self._source_offsets(), self._plan)
+            if self._prefetcher is None:
                 return
-            from datapipe.loader.prefetch import ShardPrefetcher
-
-            self._prefetcher = ShardPrefetcher(location, self._plan)
             self._prefetch_position = copy.copy(self._position)
         self._prefetcher.advance(epoch, batch)
+
+    def _source_offsets(self) -> Any:
+        """A mixture's combined id of each source's first sample (None: one dataset)."""
+        return None
 
     def _prefetch_is_stale(self, epoch: int) -> bool:
         """The prefetcher's process plans with its forked copy of the position: after a state
@@ -253,12 +255,13 @@ class LoaderBase:
         past a remote dataset's cache limit: that is done here, once they are gone."""
         from datapipe.format.sources import RemoteLocation
 
-        location = getattr(self, "path", None)
-        if isinstance(location, RemoteLocation):
-            from datapipe.format.cache import ShardCache
+        path = getattr(self, "path", None)
+        for location in path if isinstance(path, tuple) else (path,):
+            if isinstance(location, RemoteLocation):
+                from datapipe.format.cache import ShardCache
 
-            with contextlib.suppress(OSError):  # a read-only cache evicts nothing
-                ShardCache(location.cache).make_room(0)
+                with contextlib.suppress(OSError):  # a read-only cache evicts nothing
+                    ShardCache(location.cache).make_room(0)
 
     def __enter__(self) -> LoaderBase:
         return self

@@ -327,6 +327,9 @@ class Loader(LoaderBase):
         names = self.mixing.sources.names if self.mixing else (describe(self.path),)
         return samples_drawn(mixture, self._position, self.world_size, names)
 
+    def _source_offsets(self) -> Any:
+        return None if self.mixture is None else self.mixture.offsets
+
     def _reweight(self, state: dict[str, Any]) -> bool:
         if self.mixture is None:
             return False

@@ -27,16 +27,20 @@ _PARALLEL_DOWNLOADS = 4
 
 
 class ShardPrefetcher:
-    """The prefetch process of one loader; `advance(epoch, batch)` says what comes next."""
+    """The prefetch process of one remote dataset of a loader; `advance(epoch, batch)` says
+    what comes next. For a mixture's source, `window` is (first, end) of its combined ids
+    (the plan's other ids are other sources') and `share` its part of the cache's half."""
 
-    def __init__(self, location: Any, plan_for: Callable[[int], Any]) -> None:
+    def __init__(self, location: Any, plan_for: Callable[[int], Any],
+                 window: tuple[int, int] | None = None, share: float = 1.0) -> None:
         context = mp.get_context("fork")  # inherits the plan function: nothing to pickle
         self._progress = context.RawArray("q", [-1, 0])  # epoch, next batch
         self._stop = context.Event()
         # Like a loader worker: the parent's signal handlers (a framework's SIGTERM hook) do not
         # run in it, and it dies with its parent even in the middle of a download.
         self._process = context.Process(
-            target=_run, args=(location, plan_for, self._progress, self._stop, Lifeline.here()),
+            target=_run, args=(location, plan_for, self._progress, self._stop, Lifeline.here(),
+                               window, share),
             daemon=True, name="datapipe-prefetch")
         with signals_held():
             self._process.start()
@@ -56,11 +60,48 @@ class ShardPrefetcher:
         self._process = None
 
 
-def shards_by_batch(plan: Any, shard_starts: np.ndarray) -> list[np.ndarray]:
-    """The shards each batch of `plan` reads, in order of first use within the batch."""
+class PrefetchGroup:
+    """The prefetchers of a loader's remote datasets (one, or a mixture's remote sources)."""
+
+    def __init__(self, prefetchers: list[ShardPrefetcher]) -> None:
+        self.prefetchers = prefetchers
+
+    def advance(self, epoch: int, batch: int) -> None:
+        for prefetcher in self.prefetchers:
+            prefetcher.advance(epoch, batch)
+
+    def close(self) -> None:
+        for prefetcher in self.prefetchers:
+            prefetcher.close()
+
+
+def start_prefetch(path: Any, offsets: np.ndarray | None,
+                   plan_for: Callable[[int], Any]) -> PrefetchGroup | None:
+    """A prefetcher per remote dataset of `path` (a location, or a mixture's tuple of them
+    with its sources' combined-id `offsets`); None where every dataset is local. A node's
+    cache is shared, so a mixture's remote sources share its prefetch half evenly."""
+    from datapipe.format.sources import RemoteLocation
+
+    locations = path if isinstance(path, tuple) else (path,)
+    remote = [s for s, location in enumerate(locations) if isinstance(location, RemoteLocation)]
+    if not remote:
+        return None
+    if offsets is None:
+        return PrefetchGroup([ShardPrefetcher(locations[0], plan_for)])
+    return PrefetchGroup([ShardPrefetcher(locations[s], plan_for,
+                                          (int(offsets[s]), int(offsets[s + 1])),
+                                          1 / len(remote)) for s in remote])
+
+
+def shards_by_batch(plan: Any, shard_starts: np.ndarray,
+                    window: tuple[int, int] | None = None) -> list[np.ndarray]:
+    """The shards each batch of `plan` reads, in order of first use within the batch (of a
+    mixture's source, its ids within `window`, counted from its start)."""
     out = []
     for b in range(len(plan)):
         indices = plan.batch(b)[0]
+        if window is not None:
+            indices = indices[(indices >= window[0]) & (indices < window[1])] - window[0]
         shards = np.searchsorted(shard_starts, indices, side="right") - 1
         out.append(np.unique(shards))
     return out
@@ -84,7 +125,7 @@ def upcoming_shards(by_batch: list[np.ndarray], batch: int, sizes: np.ndarray,
 
 
 def _run(location: Any, plan_for: Callable[[int], Any], progress: Any, stop: Any,
-         lifeline: Lifeline) -> None:
+         lifeline: Lifeline, window: tuple[int, int] | None, share: float) -> None:
     from datapipe.format.sources import RemoteShards
 
     become_worker(lifeline)
@@ -93,7 +134,7 @@ def _run(location: Any, plan_for: Callable[[int], Any], progress: Any, stop: Any
     manifest: Manifest = source.load_manifest()
     sizes = np.array([s.bytes for s in manifest.shards], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum([s.rows for s in manifest.shards])])
-    budget = source.cache.settings.limit // 2
+    budget = int(source.cache.settings.limit * share) // 2
     epoch_seen, by_batch = None, []
     failed: set[int] = set()  # not tried again: the reader reports it when it gets there
     with ThreadPoolExecutor(_PARALLEL_DOWNLOADS) as pool:
@@ -103,7 +144,8 @@ def _run(location: Any, plan_for: Callable[[int], Any], progress: Any, stop: Any
                 time.sleep(_POLL_SECONDS)
                 continue
             if epoch != epoch_seen:
-                by_batch, epoch_seen = shards_by_batch(plan_for(epoch), starts), epoch
+                by_batch = shards_by_batch(plan_for(epoch), starts, window)
+                epoch_seen = epoch
             missing = [k for k in upcoming_shards(by_batch, batch, sizes, budget)
                        if k not in failed and not source.is_cached(manifest.shards[k])]
             if not missing:

@@ -211,6 +211,9 @@ class TokenLoader(LoaderBase):
             fixed = self.max_tokens
         return None if fixed is None else fixed * self.world_size
 
+    def _source_offsets(self) -> Any:
+        return None if self.mixing is None else self.mixing.offsets
+
     def _reweight(self, state: dict[str, Any]) -> bool:
         if self.mixing is None:
             return False

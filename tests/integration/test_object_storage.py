@@ -159,6 +159,22 @@ def test_prefetcher_downloads_the_shards_of_coming_batches(image_shards: Path, s
         assert len(list(iterator)) == len(loader) - 1
 
 
+def test_a_mixtures_remote_source_is_prefetched(image_shards: Path, s3_bucket: str,
+                                                tmp_path: Path) -> None:
+    """A mixture of a local and a remote dataset: the remote source's shards of the coming
+    batches download ahead, as for one remote dataset."""
+    url = _uploaded(image_shards, s3_bucket)
+    manifest = json.loads((image_shards / "manifest.json").read_text())
+    last = manifest["shards"][-1]["name"]
+    with dp.Loader({"local": image_shards, "remote": url}, weights=[1, 1], batch_size=4,
+                   transform=CROP, shuffle=False, num_workers=0) as loader:
+        iterator = iter(loader)
+        next(iterator)
+        assert last in _wait_until_cached(tmp_path / "cache", {last})
+        assert len(loader._prefetcher.prefetchers) == 1  # the local source needs none
+        assert len(list(iterator)) == len(loader) - 1
+
+
 def _wait_until_cached(cache: Path, names: set[str], seconds: float = 20) -> set[str]:
     """The shards of `names` in the cache, once all are there or `seconds` have passed."""
     deadline = time.monotonic() + seconds
@@ -188,7 +204,7 @@ def test_a_state_from_another_world_size_restarts_the_prefetcher_on_the_new_plan
     with dp.Loader(url, rank=0, world_size=1, cache_size=5 * largest, **settings) as loader:
 
         def prefetcher() -> int:
-            return loader._prefetcher._process.pid
+            return loader._prefetcher.prefetchers[0]._process.pid
 
         next(iter(loader))
         whole = prefetcher()
