@@ -25,7 +25,7 @@ from datapipe.loader.extra_columns import choose as extra_column_names
 from datapipe.loader.mixing import check_mixture_arguments, describe
 from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.loader.token_batches import LOSS_MASK, TokenBatchBuilder, split_slot
-from datapipe.loader.token_mixing import TokenMixing, single_source_progress
+from datapipe.loader.token_mixing import TokenMixing, single_source_progress, step_unit
 from datapipe.loader.token_plans import (
     RankTokenPlan,
     aligned_columns,
@@ -157,7 +157,9 @@ class TokenLoader(LoaderBase):
         extras = self._read_datasets(mixing, verify, tokenizer, extra_columns)
         self.mixing = None if mixing is None else TokenMixing(
             mixing, self.source_lengths, weight_by, epoch_size, seed, shuffle,
-            self._step_unit(weight_by))
+            step_unit(weight_by, self.max_tokens, self.batch_size,
+                      self._rows_per_batch() * self.seq_len if layout == "fixed" else None,
+                      self.world_size))
         self._check_fields(BATCH_KEYS[layout] + COMMON_KEYS + extras
                            + tuple(sorted(self.batch_fields.optional))
                            + (("source",) if self.mixing else ()))
@@ -199,17 +201,6 @@ class TokenLoader(LoaderBase):
                 return mixing.extra_columns(parts, extra_columns, standard)
             self._manifest = manifest_fingerprint(ds.manifest)
             return extra_column_names(ds.manifest, extra_columns, standard)
-
-    def _step_unit(self, weight_by: str) -> int | None:
-        """Tokens (or documents) all ranks' steps take, at most, each: what places a phase of
-        weights given by step (None: not fixed by the settings)."""
-        if weight_by == "documents":
-            fixed = self.batch_size if self.max_tokens is None else None
-        elif self.layout == "fixed":
-            fixed = self._rows_per_batch() * self.seq_len
-        else:
-            fixed = self.max_tokens
-        return None if fixed is None else fixed * self.world_size
 
     def _source_offsets(self) -> Any:
         return None if self.mixing is None else self.mixing.offsets

@@ -160,6 +160,18 @@ class TokenMixing:
                 for name, d, t in zip(self.names, documents, tokens, strict=True)}
 
 
+def step_unit(weight_by: str, max_tokens: int | None, batch_size: int | None,
+              fixed_row_tokens: int | None, world_size: int) -> int | None:
+    """Tokens (or documents) all ranks' steps take, at most, each: what places a phase of
+    weights given by step. A fixed layout's rows (`fixed_row_tokens`), else the token budget;
+    by documents, the batch size without a budget. None: no amount is fixed."""
+    if weight_by == "documents":
+        fixed = batch_size if max_tokens is None else None
+    else:
+        fixed = fixed_row_tokens or max_tokens
+    return None if fixed is None else fixed * world_size
+
+
 def single_source_progress(name: str, position: LoaderPosition, world_size: int,
                            start: TokenRemainder, documents_per_epoch: int,
                            tokens_per_epoch: int) -> dict[str, dict[str, int]]:
