@@ -88,7 +88,8 @@ def _run_epochs(loader: Any) -> list[dict[str, Any]]:
             pad = batch["is_padding"]
             pad = pad.tolist() if isinstance(pad, torch.Tensor) else [bool(pad)] * len(index)
             batches.append({"index": index, "pad": pad,
-                            "tokens": int(batch.get("num_real_tokens", 0))})
+                            "tokens": int(batch.get("num_real_tokens", 0)),
+                            "source": batch["source"].tolist() if "source" in batch else None})
         _finish_together(len(batches))
         epochs.append({"len": length, "lens": _gather_int(length), "batches": batches})
     return epochs
@@ -107,6 +108,21 @@ def _token_run(data: dict[str, str], layout: str) -> dict[str, Any]:
                         seed=5) as loader:
         assert (loader.rank, loader.world_size) == (dist.get_rank(), dist.get_world_size())
         return {"epochs": _run_epochs(loader)}
+
+
+MIXTURE_EPOCH = 120  # images: 90 of the 97 of source "a", 30 of source "b" (up-sampled)
+
+
+def _image_mixture_run(data: dict[str, str]) -> dict[str, Any]:
+    with dp.Loader({"a": data["images"], "b": data["images-b"]}, weights=[3, 1],
+                   epoch_size=MIXTURE_EPOCH, batch_size=BATCH, num_workers=0, seed=5) as loader:
+        return {"epochs": _run_epochs(loader), "progress": loader.progress()}
+
+
+def _token_mixture_run(data: dict[str, str]) -> dict[str, Any]:
+    with dp.TokenLoader({"a": data["tokens"], "b": data["tokens-b"]}, weights=[3, 1],
+                        max_tokens=TOKENS["packed"], seed=5) as loader:
+        return {"epochs": _run_epochs(loader), "progress": loader.progress()}
 
 
 def _error_of(make: Callable[[], Any]) -> str | None:
@@ -182,6 +198,8 @@ SCENARIOS: dict[str, Callable[[dict[str, str]], dict[str, Any]]] = {
        for b in DROP_LAST_BATCHES},
     **{f"tokens-{layout}": lambda data, layout=layout: _token_run(data, layout)
        for layout in TOKENS},
+    "image-mixture": _image_mixture_run,
+    "tokens-mixture": _token_mixture_run,
     "explicit": _explicit_run,
     "accelerate": _accelerate_run,
     "fail-on-rank1": _fail_on_rank1,  # these two test the harness itself
@@ -189,8 +207,9 @@ SCENARIOS: dict[str, Callable[[dict[str, str]], dict[str, Any]]] = {
 }
 WORLD_SCENARIOS = {
     2: ("image", "image-workers1", *(f"image-drop-last-{b}" for b in DROP_LAST_BATCHES),
-        *(f"tokens-{layout}" for layout in TOKENS), "explicit", "accelerate"),
-    3: ("image", *(f"image-drop-last-{b}" for b in DROP_LAST_BATCHES)),
+        *(f"tokens-{layout}" for layout in TOKENS), "image-mixture", "tokens-mixture",
+        "explicit", "accelerate"),
+    3: ("image", *(f"image-drop-last-{b}" for b in DROP_LAST_BATCHES), "image-mixture"),
 }
 
 
@@ -339,7 +358,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def make_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """97 tiny images (3 classes) and 150 short documents, through the real converters."""
+    """97 tiny images (3 classes) and 150 short documents, through the real converters, and
+    each again in other shards."""
     root = tmp_path_factory.mktemp("distributed")
     src = root / "src"
     for i in range(NUM_IMAGES):
@@ -354,7 +374,12 @@ def make_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (root / "docs.txt").write_text("\n".join(lines) + "\n")
     convert("text", root / "docs.txt", root / "tokens", "--tokenizer", "bytes", "--append-eos",
             "--shard-size", "4KB", "--workers", "1")
-    return {"images": str(root / "images"), "tokens": str(root / "tokens")}
+    # The same samples in other shards: a second dataset of each kind, for mixtures.
+    convert("images", src, root / "images-b", "--short-side", "16", "--shard-size", "8KB",
+            "--workers", "1")
+    convert("text", root / "docs.txt", root / "tokens-b", "--tokenizer", "bytes",
+            "--append-eos", "--shard-size", "2KB", "--workers", "1")
+    return {name: str(root / name) for name in ("images", "tokens", "images-b", "tokens-b")}
 
 
 @pytest.fixture(scope="module")
@@ -554,3 +579,36 @@ def test_a_hanging_rank_is_killed_and_reported(tmp_path: Path, data: dict[str, s
     assert "rank 1 still running at the deadline: killed" in str(failure.value)
     assert run.seconds < 20
 
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_an_image_mixtures_ranks_step_together_and_draw_each_sources_share(
+        worlds: Callable[[int], WorldRun], world: int) -> None:
+    ranks = worlds(world)["image-mixture"]
+    for epoch in EPOCHS:
+        seen = _check_lockstep(ranks, epoch)
+        drawn: Counter = Counter()
+        for s in seen:
+            for b in s["batches"]:
+                counts = Counter(src for src, p in zip(b["source"], b["pad"], strict=True)
+                                 if not p)
+                if len(b["index"]) == BATCH:  # a whole batch: within one sample of its share
+                    assert abs(Counter(b["source"])[0] - BATCH * 0.75) < 1, b["source"]
+                drawn.update(counts)
+        assert [drawn[0], drawn[1]] == [90, 30], "each source's share of the epoch, over ranks"
+    progress = ranks[0]["progress"]
+    assert progress == {"a": {"samples": 180}, "b": {"samples": 60}}
+    assert all(r["progress"] == progress for r in ranks), "every rank counts all ranks' draws"
+
+
+def test_a_token_mixtures_ranks_step_together_and_mix_by_tokens(
+        worlds: Callable[[int], WorldRun]) -> None:
+    ranks = worlds(2)["tokens-mixture"]
+    for epoch in EPOCHS:
+        seen = _check_lockstep(ranks, epoch)
+        sources = Counter(src for s in seen for b in s["batches"] if not b["pad"][0]
+                          for src in b["source"] if src >= 0)
+        assert sources[0] > 2 * sources[1] > 0, sources
+    progress = ranks[0]["progress"]
+    assert all(r["progress"] == progress for r in ranks)
+    share = progress["a"]["tokens"] / (progress["a"]["tokens"] + progress["b"]["tokens"])
+    assert abs(share - 0.75) < 0.02, progress
