@@ -156,7 +156,8 @@ class TokenLoader(LoaderBase):
                                               self.seq_len, self.batch_fields)
         extras = self._read_datasets(mixing, verify, tokenizer, extra_columns)
         self.mixing = None if mixing is None else TokenMixing(
-            mixing, self.source_lengths, weight_by, epoch_size, seed, shuffle,
+            mixing, [self.overflow.kept_lengths(n) if self.overflow else n
+                     for n in self.source_lengths], weight_by, epoch_size, seed, shuffle,
             step_unit(weight_by, self.max_tokens, self.batch_size,
                       self._rows_per_batch() * self.seq_len if layout == "fixed" else None,
                       self.world_size))
@@ -230,7 +231,7 @@ class TokenLoader(LoaderBase):
         dropped = self.overflow.dropped(self.lengths) if self.overflow else (0, 0)
         self.documents_dropped, self.tokens_dropped = dropped
         if self.tokens_dropped:
-            warnings.warn(f"{self.path}: overflow={self.overflow.mode!r} leaves out "
+            warnings.warn(f"{describe(self.path)}: overflow={self.overflow.mode!r} leaves out "
                           f"{self.documents_dropped:,} documents and {self.tokens_dropped:,} "
                           f"tokens of every epoch (longer than max_seq_len={self.overflow.cap})",
                           RuntimeWarning, stacklevel=3)
@@ -266,9 +267,9 @@ class TokenLoader(LoaderBase):
         return start
 
     def _plan_epoch(self, epoch: int) -> TokenRemainder:
-        if self.mixing is not None:
+        if self.mixing is not None:  # weighed by the tokens the overflow policy keeps
             lengths = self.mixing.epoch(epoch).lengths
-            order = np.arange(len(lengths), dtype=np.int64)
+            order = np.flatnonzero(lengths)  # a dropped document brought none
         else:
             order = epoch_permutation(self.num_documents, self.seed, epoch, self.shuffle)
             lengths = self.lengths

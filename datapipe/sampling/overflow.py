@@ -39,6 +39,15 @@ class Overflow:
             return order[lengths[order] <= self.cap], lengths
         return order, lengths
 
+    def kept_lengths(self, lengths: np.ndarray) -> np.ndarray:
+        """The tokens each document brings to an epoch under the policy (0: dropped): what a
+        mixture weighs by tokens."""
+        if self.mode == "truncate":
+            return np.minimum(lengths, self.cap)
+        if self.mode == "drop":
+            return np.where(lengths > self.cap, 0, lengths)
+        return lengths
+
     def dropped(self, lengths: np.ndarray) -> tuple[int, int]:
         """(documents left out, tokens left out) of an epoch: what drop and truncate cost."""
         over = lengths > self.cap

@@ -225,3 +225,22 @@ def test_the_profilers_report_lists_what_each_source_gave(corpus: dict[str, Any]
     named = re.findall(r"(\w+) ([\d.]+)% \(", line)
     assert [name for name, _ in named] == list(NAMES), line
     assert np.allclose([float(share) for _, share in named], [60, 30, 10], atol=1.5), line
+
+
+@pytest.mark.parametrize("overflow", ["truncate", "drop"])
+def test_weights_count_the_tokens_the_overflow_policy_keeps(tmp_path: Path,
+                                                            overflow: str) -> None:
+    """Long documents in one source, short in the other: weighed by their full lengths, the
+    capped epoch would hold far less of the long source than its weight."""
+    rng = np.random.default_rng(1)
+    write_documents(tmp_path / "long", rng.integers(20, 200, 200).tolist())
+    write_documents(tmp_path / "short", rng.integers(5, 30, 400).tolist())
+    with pytest.warns(RuntimeWarning, match=f"overflow='{overflow}' leaves out"), \
+            dp.TokenLoader([tmp_path / "long", tmp_path / "short"], weights=[1, 1],
+                           max_tokens=256, max_seq_len=30, overflow=overflow) as capped:
+        tokens = np.zeros(2)
+        for batch in capped:
+            for s, _, n in sequences(batch):
+                assert n <= 30
+                tokens[s] += n
+    assert np.abs(tokens / tokens.sum() - [0.5, 0.5]).max() < 0.01, tokens
