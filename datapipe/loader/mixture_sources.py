@@ -5,6 +5,7 @@ both paths and what differs, when the loader is made."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,8 @@ from typing import Any
 from datapipe.errors import ArgumentError
 from datapipe.format.manifest import Manifest
 from datapipe.format.sources import Location, resolve_location
+
+MIXTURE_FIELD = "source"  # what a mixture adds to every batch: the dataset of each sample
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,17 @@ def shared_extra_columns(manifests: Sequence[Manifest], sources: Sources,
     if wanted is None:
         common = [c for c in manifests[0].column_names if c not in standard
                   and all(c in m.column_names for m in manifests[1:])]
-        return tuple(c for c in common
-                     if len({_type(m, c) for m in manifests}) == 1)
+        if MIXTURE_FIELD in common:
+            warnings.warn(f"{sources.locations[0]}: the datasets' column {MIXTURE_FIELD!r} is "
+                          "left out of the mixture's batches, whose 'source' is the dataset of "
+                          "each sample (name the columns to keep with extra_columns=)",
+                          RuntimeWarning, stacklevel=4)
+        return tuple(c for c in common if c != MIXTURE_FIELD
+                     and len({_type(m, c) for m in manifests}) == 1)
+    if MIXTURE_FIELD in wanted:
+        raise ArgumentError(f"extra_columns: a mixture's batches hold {MIXTURE_FIELD!r} (the "
+                            "dataset of each sample); the datasets' own column of that name "
+                            "cannot be handed out beside it")
     for name in wanted:
         for manifest, location in zip(manifests, sources.locations, strict=True):
             if name not in manifest.column_names:

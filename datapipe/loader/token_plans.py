@@ -42,11 +42,11 @@ class RankTokenPlan:
 
 
 def aligned_columns(columns: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
-    """Metadata values, one per entry of `index`: a padding sequence (-1, only ever a packed
-    batch's last) gets 0 or None."""
-    if not len(index) or index[-1] >= 0:
-        return columns
+    """Metadata values, one per entry of `index`: a padding sequence (-1: a packed batch's
+    tail, a fixed row's free tail) gets 0 or None."""
     filler = np.flatnonzero(index.numpy() < 0)
+    if not len(filler):
+        return columns
     at = filler - np.arange(len(filler))  # np.insert's positions: before the shifted entries
     out: dict[str, Any] = {}
     for name, value in columns.items():

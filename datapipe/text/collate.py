@@ -167,7 +167,7 @@ def _finish(seqs: _Sequences, options: CollateOptions, shape: tuple[int, ...]) -
     batch.update({"num_real_tokens": real,
                   "num_loss_tokens": _loss_targets(seqs, labels, fields.labels, real),
                   "efficiency": real / len(seqs.ids) if len(seqs.ids) else 1.0,
-                  "index": torch.from_numpy(_index(seqs, options.layout))})
+                  "index": torch.from_numpy(_index(seqs))})
     return batch
 
 
@@ -192,12 +192,10 @@ def _loss_targets(seqs: _Sequences, labels: np.ndarray, style: str, real: int) -
     return real - int(np.count_nonzero(documents & (seqs.after == IGNORE)))
 
 
-def _index(seqs: _Sequences, layout: str) -> np.ndarray:
-    """Packed: one entry per sequence of cu_seqlens, -1 for the padding tail. Fixed: the
-    documents (pieces) of the rows in order, without the rows' free tails (seq_idx numbers
-    those)."""
-    docs = seqs.docs if layout == "packed" else seqs.docs[~seqs.is_filler]
-    return docs.astype(np.int64, copy=False)
+def _index(seqs: _Sequences) -> np.ndarray:
+    """One entry per sequence of cu_seqlens: its document, -1 for padding (the packed
+    batch's tail, a fixed row's free tail)."""
+    return seqs.docs.astype(np.int64, copy=False)
 
 
 def _shaped(values: np.ndarray, shape: tuple[int, ...], fields: BatchFields) -> torch.Tensor:

@@ -153,7 +153,7 @@ def tokens_per_document(ranks: list[list[dict[str, Any]]], layout: str) -> Count
     """Real tokens each document contributed (packed splits documents between batches)."""
     counted: Counter = Counter()
     for batch in (b for r in ranks for b in r if not b["is_padding"]):
-        docs = batch["index"].tolist()
+        docs = [d for d in batch["index"].tolist() if d >= 0]  # -1: a fixed row's free tail
         if layout == "packed":
             sizes = np.diff(batch["cu_seqlens"].numpy())[:len(docs)]
         elif layout == "padded":

@@ -118,11 +118,13 @@ def test_token_loader_reads_a_token_dataset_with_its_metadata(token_dataset: Pat
     tokens: Counter = Counter()
     with dp.TokenLoader(token_dataset, layout=layout, num_workers=2, **options) as loader:
         for batch in loader:
-            index = batch["index"].tolist()  # one entry per document (piece) in the batch
-            assert batch["doc"].tolist() == [10 * i for i in index]
-            assert batch["source"] == [f"file{i % 4}" for i in index]
+            # One entry per sequence: a document (piece), or -1 (padding: a fixed row's tail),
+            # whose values are 0 or None.
+            index = batch["index"].tolist()
+            assert batch["doc"].tolist() == [10 * i if i >= 0 else 0 for i in index]
+            assert batch["source"] == [f"file{i % 4}" if i >= 0 else None for i in index]
             assert batch["quality"].shape == (len(index), 2)
-            assert batch["quality"][:, 0].tolist() == index
+            assert batch["quality"][:, 0].tolist() == [max(i, 0) for i in index]
             mask = batch.get("attention_mask")
             real = batch["input_ids"][mask.bool()] if mask is not None else \
                 batch["input_ids"][: batch["num_real_tokens"]]

@@ -78,16 +78,27 @@ def test_index_is_one_per_sequence_of_cu_seqlens(corpus) -> None:
     assert tails > 0
 
 
-def test_fixed_index_lists_the_rows_documents(corpus) -> None:
-    """Fixed rows: index is the documents (pieces) in row order; seq_idx also numbers each
-    row's free tail, as cu_seqlens does."""
-    path, _ = corpus
+def test_fixed_index_has_an_entry_per_sequence_of_cu_seqlens(corpus) -> None:
+    """Fixed rows: index is aligned with cu_seqlens and seq_idx, the documents (pieces) in row
+    order and -1 for each row's free tail."""
+    path, documents = corpus
+    tails = 0
     with dp.TokenLoader(path, max_tokens=128, layout="fixed", seq_len=32,
                         add_fields=("seq_idx",)) as loader:
         for batch in loader:
-            assert (batch["index"] >= 0).all()
-            sequences = len(batch["cu_seqlens"]) - 1
-            assert int(batch["seq_idx"].max()) + 1 == sequences >= len(batch["index"])
+            cu, index = batch["cu_seqlens"].numpy(), batch["index"].numpy()
+            assert len(index) == len(cu) - 1 == int(batch["seq_idx"].max()) + 1
+            ids = batch["input_ids"].view(-1).numpy()
+            for k, doc in enumerate(index.tolist()):
+                piece = ids[cu[k]:cu[k + 1]]
+                if doc < 0:  # a row's tail: padding up to the row's end
+                    tails += 1
+                    assert cu[k + 1] % 32 == 0 and not batch["attention_mask"].view(-1)[
+                        cu[k]:cu[k + 1]].any()
+                else:
+                    assert any(np.array_equal(piece, documents[doc][a:a + len(piece)])
+                               for a in range(len(documents[doc]) - len(piece) + 1))
+    assert tails > 0
 
 
 @pytest.mark.parametrize("options", [{"max_tokens": 64}, {"max_tokens": 128, "layout": "padded"},

@@ -28,14 +28,14 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.ndar
 
 def sequences(batch: dict) -> list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(document, segment start, ids, labels, positions) of each real sequence of a packed or
-    fixed batch (fixed: index leaves out the rows' free tails, which have no real token)."""
+    fixed batch (index has -1 for the padding sequences: the rows' free tails)."""
     flat = {k: v.flatten() for k, v in batch.items() if isinstance(v, torch.Tensor)}
     real = flat.get("attention_mask", torch.ones_like(flat["input_ids"])).bool()
-    documents = iter(batch["index"].tolist())
+    documents = batch["index"].tolist()
     out = []
     for j, (a, b) in enumerate(itertools.pairwise(batch["cu_seqlens"].tolist())):
         if b > a and real[a]:
-            out.append((next(documents), int(flat["segment_start"][j]), flat["input_ids"][a:b],
+            out.append((documents[j], int(flat["segment_start"][j]), flat["input_ids"][a:b],
                         flat["labels"][a:b], flat["position_ids"][a:b]))
     return out
 

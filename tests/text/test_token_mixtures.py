@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 import datapipe as dp
 from datapipe.errors import ArgumentError
@@ -244,3 +245,19 @@ def test_weights_count_the_tokens_the_overflow_policy_keeps(tmp_path: Path,
                 assert n <= 30
                 tokens[s] += n
     assert np.abs(tokens / tokens.sum() - [0.5, 0.5]).max() < 0.01, tokens
+
+
+def test_a_datasets_own_source_column_gives_way_to_the_mixtures(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        with dp.DatasetWriter(tmp_path / name, {"tokens": "uint16[]", "source": "string",
+                                                "year": "int32"}) as writer:
+            for i in range(4):
+                writer.write({"tokens": np.arange(5, dtype=np.uint16), "source": f"web{i}",
+                              "year": 2000 + i})
+    paths = [tmp_path / "a", tmp_path / "b"]
+    with pytest.warns(RuntimeWarning, match="column 'source' is left out"), \
+            dp.TokenLoader(paths, max_tokens=64) as mixed:
+        batch = next(iter(mixed))
+    assert batch["source"].dtype == torch.int64 and "year" in batch
+    with pytest.raises(ArgumentError, match="cannot be handed out beside it"):
+        dp.TokenLoader(paths, max_tokens=64, extra_columns=("source",))
