@@ -23,7 +23,12 @@ from datapipe.sampling.mixture_tokens import (
 )
 from datapipe.sampling.mixture_weights import MixtureWeights, Phase, WeightSchedule, apportion
 from datapipe.sampling.tokens import TokenRemainder, plan_packed
-from tests.sampling.test_mixture_tokens import packed, token_mixture, tokens_per_batch
+from tests.sampling.test_mixture_tokens import (
+    draws_per_document,
+    packed,
+    token_mixture,
+    tokens_per_batch,
+)
 
 Phases = list[tuple[int, tuple[float, ...]]]
 
@@ -170,12 +175,7 @@ def test_streams_repeat_a_document_only_after_all_were_drawn_across_a_switch(
     size = 60_000 if weight_by == "tokens" else 400
     phases: Phases = [(0, (5, 3, 2)), (size * 5 // 2, (2, 3, 5)), (size * 4 + 7, (5, 0, 5))]
     mix = phased((500, 120, 9), phases, 300, weight_by=weight_by, epoch_size=size)
-    counts = [np.zeros(len(n), dtype=np.int64) for n in mix.lengths]
-    for epoch in range(7):
-        documents = mix.epoch(epoch)
-        for s, local in zip(documents.source, documents.local, strict=True):
-            counts[s][local] += 1
-        assert all(c.max() - c.min() <= 1 for c in counts), epoch
+    counts = draws_per_document(mix, 7)
     assert counts[2].min() >= 5, "source 2 up-sampled, the more after the switch"
 
 

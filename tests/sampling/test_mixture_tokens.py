@@ -95,17 +95,25 @@ def test_weights_by_documents_give_each_source_its_share_of_documents() -> None:
         assert list(first_60) == [30, 18, 12], "interleaved by document deficit"
 
 
+def draws_per_document(mix: TokenMixture, epochs: int) -> list[np.ndarray]:
+    """How often each document of each source was drawn in epochs 0 .. epochs - 1, checked
+    after every epoch to differ by at most one within a source: no document comes again
+    before all of its source's came."""
+    counts = [np.zeros(len(n), dtype=np.int64) for n in mix.lengths]
+    for epoch in range(epochs):
+        documents = mix.epoch(epoch)
+        for s, local in zip(documents.source, documents.local, strict=True):
+            counts[s][local] += 1
+        assert all(c.max() - c.min() <= 1 for c in counts), epoch
+    return counts
+
+
 @pytest.mark.parametrize("weight_by", ["tokens", "documents"])
 def test_streams_repeat_a_document_only_after_all_were_drawn(weight_by: str) -> None:
     # Source 2 (9 documents) is up-sampled, source 0 (500) down-sampled.
     mix = token_mixture((500, 120, 9), (5, 3, 2), 300, weight_by=weight_by, epoch_size=
                         60_000 if weight_by == "tokens" else 400)
-    counts = [np.zeros(len(n), dtype=np.int64) for n in mix.lengths]
-    for epoch in range(6):
-        documents = mix.epoch(epoch)
-        for s, local in zip(documents.source, documents.local, strict=True):
-            counts[s][local] += 1
-        assert all(c.max() - c.min() <= 1 for c in counts), epoch
+    counts = draws_per_document(mix, 6)
     assert counts[0].min() >= 1, "a down-sampled source is all seen over epochs"
     assert counts[2].min() >= 2, "an up-sampled one many times"
 
