@@ -76,6 +76,10 @@ def test_the_sources_split_the_one_dataset_60_30_10(smoke: tuple) -> None:
     assert sum(parts, Counter()) == one  # every sample once: bytes, label and path
     with Dataset(tokens["one"]) as ds:
         total, longest = int(ds.scalar("length").sum()), int(ds.scalar("length").max())
+        tokenizer = ds.manifest.tokenizer
+    for name in SPLITS:  # converted as the one dataset was
+        with Dataset(tokens["mix"][name]) as ds:
+            assert ds.manifest.tokenizer == tokenizer and tokenizer["hash"]
     documents = [documents_of(tokens["mix"][name]) for name in SPLITS]
     assert sum(documents, Counter()) == documents_of(tokens["one"])
     counts = [sum(len(d) * n for d, n in part.items()) // 2 for part in documents]  # uint16

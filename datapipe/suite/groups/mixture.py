@@ -99,6 +99,11 @@ class MixtureGroup(Group):
     def details(self, result: GroupResult) -> list[str]:
         lines = ["## Goals", ""]
         lines += [f"- {line}" for part in PARTS for line in goal_lines(result, part)]
+        base, mine = (result.median(name, "cpu_rate") for name in PARTS["images"])
+        if mine and base:
+            lines.append(f"- Per CPU-second of the whole process tree (steadier than images/s "
+                         f"when other work shares the cores): images-mix {mine / base:.2f}× "
+                         "images-one")
         for part in PARTS:
             lines += ["", f"## {part.capitalize()}: every run", "", job_line(
                 part, result.meta.get(part)), "", markdown_table(
@@ -130,7 +135,7 @@ def prepare_tokens(opts: Options, interleave: Outcome) -> dict[str, Any]:
     import os
 
     corpus, spec, _, dataset = tp.suite_dataset(opts.data, opts.text_mb, opts.workers)
-    splits = mp.token_splits(dataset)
+    splits = mp.token_splits(dataset, corpus, spec, opts.workers)
     warm_page_cache(sorted(splits.rglob("*")))
     counts = sizes(splits, "tokens")
     documents, tokens = (sum(c[key] for c in counts.values()) for key in ("documents", "tokens"))
@@ -240,9 +245,10 @@ def notes(meta: dict[str, Any]) -> list[str]:
     return [
         "Each figure: the median of the runs, each in a fresh process, the rows interleaved "
         "round by round. The sources are the one dataset's samples split at random into 60, 30 "
-        "and 10 % (images by samples, text by tokens) and written with dp.DatasetWriter (the "
-        "same JPEG bytes and token ids), so that the weights are their shares and an epoch of "
-        "the mixture is the one dataset's epoch.",
+        "and 10 % (images by samples, text by tokens): the images written with dp.DatasetWriter "
+        "(the same JPEG bytes), the documents' lines of the corpus converted as the one dataset "
+        "was (the same token ids and tokenizer), so that the weights are their shares and an "
+        "epoch of the mixture is the one dataset's epoch.",
         "images/s: counted from the warm-up's last batch to the last batch (images group's "
         "clock). Real tokens/s: tokens of documents over the seconds from the loader made to "
         "its last batch, every epoch's planning included; TokenLoader runs in the training "

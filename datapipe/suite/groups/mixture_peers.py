@@ -2,9 +2,11 @@
 into three sources of 60, 30 and 10 percent, read by one loader alone and by a mixture of the
 three at those weights; and HF's `interleave_datasets` over the same three sets of documents.
 
-The splits are written with `dp.DatasetWriter` from the one dataset's samples (the same JPEG
-bytes, the same token ids), each source a random subset, so that a mixture's batches read the
-same kind of data as the one dataset's do and the two epochs are the same size.
+Each source is a random subset of the one dataset's samples: the images written with
+`dp.DatasetWriter` (the same JPEG bytes, labels and classes), the text's documents converted
+from their lines of the corpus as the one dataset was (the same token ids and tokenizer), so
+that a mixture's batches read the same data as the one dataset's and the epochs are the same
+size.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ MAX_TOKENS = 16384
 # HF's interleave_datasets ends an epoch when every source has been used up at least once (the
 # sources used up first start again), so that an epoch holds every document, as the mixture's.
 STOPPING = "all_exhausted"
+SPLITS_VERSION = 2  # bump when the splits are made otherwise, so that cached ones are remade
 
 
 @dataclass(frozen=True)
@@ -86,20 +89,30 @@ def write_image_splits(dataset: Path, out: Path) -> None:
                                   "path": sample["path"]})
 
 
-def write_token_splits(dataset: Path, out: Path) -> None:
-    """SPLITS of a converted text dataset by tokens, a DatasetWriter dataset each (the same
-    token ids), and each split's ids in the one dataset (ids.npz: the `datasets` copies')."""
+def write_token_splits(dataset: Path, corpus: Path, tokenizer: str, out: Path,
+                       workers: int) -> None:
+    """SPLITS of the text suite's dataset by tokens, each its documents' lines of the corpus
+    converted as the dataset was (the same token ids, the same tokenizer in its manifest); and
+    each split's ids in the one dataset (ids.npz: for the `datasets` copy's splits)."""
+    import shutil
+
     import numpy as np
 
-    import datapipe as dp
     from datapipe.format.dataset import Dataset
 
     with Dataset(dataset) as ds:
         parts = split_by_share(ds.scalar("length"))
-        dtype = ds[0]["tokens"].dtype
-        for name, ids in parts.items():
-            with dp.DatasetWriter(out / name, {"tokens": f"{dtype}[]"}) as writer:
-                writer.write_all({"tokens": tokens} for tokens in ds.cells("tokens", ids))
+    # `convert text` makes a document of each line that is not blank, in the files' order.
+    lines = [line for path in sorted(corpus.glob("*.txt"))
+             for line in path.read_text().split("\n") if line.strip()]
+    if len(lines) != sum(len(ids) for ids in parts.values()):
+        raise RuntimeError(f"{corpus}: {len(lines)} documents, not those of {dataset}")
+    for name, ids in parts.items():
+        text = out / "text" / name
+        text.mkdir(parents=True)
+        (text / "corpus.txt").write_text("".join(lines[i] + "\n" for i in ids.tolist()))
+        tp.convert_datapipe(text, tokenizer, out / name, workers)
+    shutil.rmtree(out / "text")
     np.savez(out / "ids.npz", **parts)
 
 
@@ -109,9 +122,11 @@ def image_splits(dataset: Path) -> Path:
                       lambda out: write_image_splits(dataset, out))
 
 
-def token_splits(dataset: Path) -> Path:
+def token_splits(dataset: Path, corpus: Path, tokenizer: str, workers: int) -> Path:
+    """The text splits of `dataset` (converted from `corpus`), made once beside it."""
     return build_once(splits_dir(dataset), f"splitting {dataset} by tokens into "
-                      f"{sources_line()} ...", lambda out: write_token_splits(dataset, out))
+                      f"{sources_line()} ...",
+                      lambda out: write_token_splits(dataset, corpus, tokenizer, out, workers))
 
 
 def hf_splits(hf_copy: Path, splits: Path) -> Path:
@@ -135,7 +150,7 @@ def splits_dir(dataset: Path) -> Path:
 
     with Dataset(dataset) as ds:
         key = ds.manifest_digest().split(":")[-1][:12]
-    return dataset.parent / f"mixture-{key}"
+    return dataset.parent / f"mixture-v{SPLITS_VERSION}-{key}"
 
 
 def sources_line() -> str:
