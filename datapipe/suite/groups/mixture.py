@@ -99,11 +99,13 @@ class MixtureGroup(Group):
     def details(self, result: GroupResult) -> list[str]:
         lines = ["## Goals", ""]
         lines += [f"- {line}" for part in PARTS for line in goal_lines(result, part)]
-        base, mine = (result.median(name, "cpu_rate") for name in PARTS["images"])
-        if mine and base:
-            lines.append(f"- Per CPU-second of the whole process tree (steadier than images/s "
-                         f"when other work shares the cores): images-mix {mine / base:.2f}× "
-                         "images-one")
+        per_cpu = [f"{mix} {mine / base:.2f}× {one}" for one, mix in PARTS.values()
+                   for base, mine in [(result.median(one, "cpu_rate"),
+                                       result.median(mix, "cpu_rate"))] if mine and base]
+        if per_cpu:
+            lines.append("- Per CPU-second (images: of the loader's process tree; tokens: of "
+                         "the training process, where TokenLoader works), steadier than per "
+                         f"second when other work shares the cores: {'; '.join(per_cpu)}")
         for part in PARTS:
             lines += ["", f"## {part.capitalize()}: every run", "", job_line(
                 part, result.meta.get(part)), "", markdown_table(
