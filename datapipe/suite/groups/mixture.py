@@ -109,8 +109,8 @@ class MixtureGroup(Group):
         for part in PARTS:
             lines += ["", f"## {part.capitalize()}: every run", "", job_line(
                 part, result.meta.get(part)), "", markdown_table(
-                    ["row", f"{unit(part)} (median)", "min–max", "runs", "start-up s",
-                     "other work (cores)"], table_rows(result, part))]
+                    ["row", f"{unit(part)} (median)", "min–max", "runs", "per CPU-s",
+                     "start-up s", "other work (cores)"], table_rows(result, part))]
         return [*lines, "", *[f"- {note}" for note in notes(result.meta)]]
 
 
@@ -233,12 +233,14 @@ def table_rows(result: GroupResult, part: str) -> list[list[str]]:
     for peer in (p for p in result.peers if part_of(p) == part):
         outcome, median = result.outcomes[peer.name], median_rate(result, peer.name)
         if median is None:
-            rows.append([peer.label, outcome.status, "", "", "", ""])
+            rows.append([peer.label, outcome.status, "", "", "", "", ""])
             continue
         rates = [rate(peer.tag, r) for r in outcome.runs]
         startup = result.median(peer.name, "start_s" if part == "images" else "startup_s")
+        per_cpu = result.median(peer.name, "cpu_rate")
         rows.append([peer.label, fmt(median), f"{fmt(min(rates))}–{fmt(max(rates))}",
-                     " / ".join(fmt(r) for r in rates), f"{startup:.2f}",
+                     " / ".join(fmt(r) for r in rates), fmt(per_cpu) if per_cpu else "–",
+                     f"{startup:.2f}",
                      f"{max(r['others_cores'] for r in outcome.runs):.2f}"])
     return rows
 
