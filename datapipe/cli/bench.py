@@ -16,7 +16,7 @@ import click
 from datapipe.cli.common import CONTEXT, cache_options
 from datapipe.errors import ArgumentError
 
-SUITES = ("images", "text", "convert", "gpu", "all")
+SUITES = ("images", "text", "convert", "gpu", "mixture", "all")
 
 
 @click.command("bench", context_settings=CONTEXT)
@@ -81,9 +81,9 @@ def bench_dataset(dataset: str, batch_size: int, workers: int, decode: str, devi
 @click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1),
               help="Runs per tool; median and spread are reported.")
 @click.option("--photos", default=2000, show_default=True, type=click.IntRange(min=1),
-              help="Photos generated for the image and conversion suites.")
+              help="Photos generated for the image, conversion and mixture suites.")
 @click.option("--text-mb", default=20, show_default=True, type=click.IntRange(min=1),
-              help="MB of generated text for the text and conversion suites.")
+              help="MB of generated text for the text, conversion and mixture suites.")
 @click.option("--skip", default="", metavar="NAMES",
               help="Comma-separated tools not to run, e.g. dali,ffcv (images:torch: in one "
               "suite's group only).")

@@ -8,7 +8,7 @@ from typing import Any
 
 from datapipe.errors import ArgumentError
 
-SUITES = ("images", "text", "convert", "gpu")
+SUITES = ("images", "text", "convert", "gpu", "mixture")
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,7 @@ def answer(panel: Panel) -> str:
         best = pick(peers, key=lambda e: e.median)
         parts.append(f"{_times(lead.median, best.median, panel.higher_is_better):.2f}× the "
                      f"fastest peer ({best.label})")
-    else:
+    elif base is None or not base.ran:  # a baseline of datapipe's own answers alone
         parts.append("no peer measured")
     return f"{panel.title}: " + ", ".join(parts)
 

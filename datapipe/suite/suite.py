@@ -1,8 +1,10 @@
-"""`datapipe bench --suite images|text|convert|gpu|all`: every peer side by side, one command.
+"""`datapipe bench --suite images|text|convert|gpu|mixture|all`: every peer side by side, one
+command.
 
 Each suite runs its groups (gpu: the GPU loading, the training-thread hand-off and the HF
-training groups) on the same generated data, the same job and worker count, in repeated rounds
-of fresh processes; their progress lines show each run's figure as it ends. Written to OUT:
+training groups; mixture: three datasets by weight against one) on the same generated data,
+the same job and worker count, in repeated rounds of fresh processes; their progress lines
+show each run's figure as it ends. Written to OUT:
 suite.json (the machine, every run of every tool raw and summarised, each group's own data),
 suite.md (the answer first, then the tables and charts), one PNG per panel, and each group's
 own detailed report (loader.md, text.md, ...). With `readme`, the PNGs also go to docs/bench/
@@ -40,7 +42,7 @@ from datapipe.system import available_cores
 
 # The groups of each suite, and the stem of each group's own report.
 SUITE_GROUPS = {"images": ("images", "recipe"), "text": ("text",), "convert": ("convert",),
-                "gpu": ("gpu", "handoff", "hf_train")}
+                "gpu": ("gpu", "handoff", "hf_train"), "mixture": ("mixture",)}
 
 
 def run(opts: Options) -> int:
@@ -116,8 +118,8 @@ def settings_line(opts: Options) -> str:
     size = "smoke-test sizes" if opts.smoke else f"{opts.photos} photos, {opts.text_mb} MB text"
     return (f"Each figure: median of {opts.repeats} run(s), each a fresh process; spread = "
             f"slowest–fastest run. {size}, {opts.workers} workers. Per-group details: "
-            "loader.md, recipe.md, text.md, convert.md, gpu.md, handoff.md, hf_train.md beside "
-            "this report.")
+            "loader.md, recipe.md, text.md, convert.md, gpu.md, handoff.md, hf_train.md, "
+            "mixture.md beside this report.")
 
 
 def publish(info: dict[str, Any], suites: dict[str, list[Panel]], groups: dict[str, Any],

@@ -53,7 +53,7 @@ def test_bench_help_shows_both_forms_and_each_form_its_own(cli) -> None:
     both = cli("bench", "--help")
     assert both.code == 0
     assert "Usage: datapipe bench [OPTIONS] DATASET\n" in both.out
-    assert "datapipe bench --suite [images|text|convert|gpu|all] [OPTIONS]\n" in both.out
+    assert "datapipe bench --suite [images|text|convert|gpu|mixture|all] [OPTIONS]\n" in both.out
     with_dataset, with_suite = both.out.split("Options with --suite:")
     assert "Options with a DATASET:" in with_dataset
     assert "--epochs" in with_dataset and "--repeats" not in with_dataset
@@ -83,8 +83,9 @@ def test_the_suite_form_reaches_the_suite_with_its_options(
     result = cli("bench", "--suite", "all", "--repeats", "2", "--workers", "4", "--text-mb", "5",
                  "--out", tmp_path, "--skip", "dali,images:torch")
     assert result.code == 3  # the suite's own exit status
-    assert calls == [Options(("images", "text", "convert", "gpu"), 2, 2000, 5, 4, tmp_path,
-                             Path("bench-data"), skip=frozenset({"dali", "images:torch"}))]
+    assert calls == [Options(("images", "text", "convert", "gpu", "mixture"), 2, 2000, 5, 4,
+                             tmp_path, Path("bench-data"),
+                             skip=frozenset({"dali", "images:torch"}))]
     assert cli("bench", "--suite", "text", "--smoke").code == 3
     assert calls[1] == Options.smoke_test(("text",), Path("bench-results"), 2)
     refused = cli("bench", "--suite", "images", "--smoke", "--readme")

@@ -184,12 +184,15 @@ def litdata_batches(job: Job) -> Batches:
                                          persistent_workers=True), job)
 
 
-def datapipe_batches(job: Job, decode: str) -> Batches:
+def datapipe_batches(job: Job, decode: str, **mixing: Any) -> Batches:
+    """datapipe's Loader; with `weights=` in `mixing`, a mixture of the datasets job.data
+    names (the mixture group)."""
     import datapipe as dp
 
     transform = dp.image.RandomResizedCrop(CROP) | dp.image.HorizontalFlip()
     with dp.Loader(job.data, batch_size=job.batch, shuffle=True, seed=job.seed,
-                   num_workers=job.workers, decode=decode, transform=transform) as loader:
+                   num_workers=job.workers, decode=decode, transform=transform,
+                   **mixing) as loader:
         for epoch in range(job.total_epochs):
             for batch in loader:
                 yield epoch, batch["image"]

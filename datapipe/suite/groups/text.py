@@ -90,8 +90,7 @@ class TextGroup(Group):
         readers = [p.name for p in self.peers if p.tag in HF_COPY_READERS]
         hf = ""
         if any(outcomes[name].status == "ok" for name in readers):
-            hf = str(build_once(work / "hf", f"tokenizing {corpus} for datasets ...",
-                                lambda out: tp.tokenize_hf(corpus, spec, eos_id, out, workers)))
+            hf = str(tp.hf_copy(corpus, spec, dp, workers))
             if tp.hf_counts(Path(hf)) != (len(lengths), int(lengths.sum())):
                 for name in readers:
                     outcomes[name].status = f"failed: {hf}: not the documents and tokens of {dp}"

@@ -110,6 +110,17 @@ def tokenize_hf(corpus: Path, tokenizer: str, eos_id: int, out: Path, workers: i
     shutil.rmtree(cache, ignore_errors=True)
 
 
+def hf_copy(corpus: Path, tokenizer: str, dataset: Path, workers: int) -> Path:
+    """The `datasets` copy of the corpus (tokenize_hf, with the EOS id of `dataset`, datapipe's
+    conversion of it), made once beside that dataset."""
+    from datapipe.format.dataset import Dataset
+
+    with Dataset(dataset) as ds:
+        eos_id = int(ds.manifest.tokenizer["eos_id"])
+    return build_once(dataset.parent / "hf", f"tokenizing {corpus} for datasets ...",
+                      lambda out: tokenize_hf(corpus, tokenizer, eos_id, out, workers))
+
+
 def hf_counts(path: Path) -> tuple[int, int]:
     """(documents, tokens) of the `datasets` copy."""
     import datasets
