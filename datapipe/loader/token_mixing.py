@@ -52,6 +52,9 @@ class TokenMixing:
         counts = [len(n) for n in source_lengths]
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._epochs: dict[int, MixtureDocuments] = {}
+        # The streams' blocks of permutations, kept from an epoch to the next: an epoch takes
+        # one permutation of a block that holds several of a small source.
+        self._blocks: dict[tuple[int, int], np.ndarray] = {}
 
     def _positions(self, unit: int) -> WeightSchedule:
         """The phases placed in the weights' unit: a phase at step s begins at s x `unit`
@@ -61,7 +64,7 @@ class TokenMixing:
 
     def _use(self, schedule: WeightSchedule) -> None:
         self.mixture = dataclasses.replace(self.mixture, schedule=schedule)
-        self._epochs.clear()
+        self._epochs.clear()  # (the streams, and so their blocks, do not change)
 
     def reconcile(self, state: dict[str, Any],
                   epoch_start: Callable[[int], TokenRemainder]) -> bool:
@@ -106,7 +109,8 @@ class TokenMixing:
         if docs is None:
             while len(self._epochs) >= _CACHED_EPOCHS:
                 del self._epochs[next(iter(self._epochs))]
-            docs = self._epochs[epoch] = self.mixture.epoch(epoch)
+            docs = self._epochs[epoch] = self.mixture.epoch(epoch, self._blocks)
+            _keep_latest_blocks(self._blocks)
         return docs
 
     def combined_ids(self, epoch: int) -> np.ndarray:
@@ -183,6 +187,17 @@ def single_source_progress(name: str, position: LoaderPosition, world_size: int,
                                              position.batches_done, docs, 1)
     return {name: {"documents": int(documents[0]) + position.epoch * documents_per_epoch,
                    "tokens": int(tokens[0]) + position.epoch * tokens_per_epoch}}
+
+
+def _keep_latest_blocks(blocks: dict[tuple[int, int], np.ndarray], per_source: int = 2) -> None:
+    """Each source's `per_source` latest blocks: streams only move on, epoch after epoch (a
+    block dropped too early is made again, the same)."""
+    latest: dict[int, list[int]] = {}
+    for source, start in blocks:
+        latest.setdefault(source, []).append(start)
+    for source, starts in latest.items():
+        for start in sorted(starts)[:-per_source]:
+            del blocks[source, start]
 
 
 def _counters_valid(state: dict[str, Any]) -> bool:
