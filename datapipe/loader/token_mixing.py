@@ -131,9 +131,10 @@ class TokenMixing:
         -1 in both: the padding tail)."""
         combined = batch["index"].numpy()
         source = np.searchsorted(self.offsets, combined, side="right") - 1
-        filler = combined < 0
-        local = combined - self.offsets[np.maximum(source, 0)]
-        source[filler], local[filler] = -1, -1
+        local = combined - self.offsets[source]  # (source -1: offsets[-1], undone below)
+        if len(combined) and combined.min() < 0:
+            filler = combined < 0
+            source[filler], local[filler] = -1, -1
         batch["index"] = torch.from_numpy(local)
         batch["source"] = torch.from_numpy(source.astype(np.int64, copy=False))
 
