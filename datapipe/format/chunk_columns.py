@@ -28,6 +28,7 @@ class JoinedCells:
         # Reserved, not touched: the pages a chunk never fills are never mapped.
         self._buffer = np.empty(reserve // dtype.itemsize, dtype)
         self._text = text
+        self._raw = dtype == np.uint8  # bytes-like cells, taken as their bytes
         self._lengths: list[int] = []
         self._used = 0
 
@@ -35,21 +36,20 @@ class JoinedCells:
         """One row's cell: bytes-like, a string, or numbers (an array or a list)."""
         if self._text:
             value = value.encode()
-        part = np.frombuffer(value, np.uint8) if self._buffer.dtype == np.uint8 \
-            else np.asarray(value)
-        end = self._used + len(part)
+        part = np.frombuffer(value, np.uint8) if self._raw else np.asarray(value)
+        count = len(part)
+        end = self._used + count
         if end > len(self._buffer):
             self._grow(end)
         self._buffer[self._used:end] = part  # cast: token ids of any integer type
-        self._lengths.append(len(part))
+        self._lengths.append(count)
         self._used = end
 
     def extend(self, values: Sequence[Any]) -> None:
         """Many rows' cells at once: one join, not a copy per row."""
         if self._text:
             values = [v.encode() for v in values]
-        parts = [np.frombuffer(v, np.uint8) for v in values] \
-            if self._buffer.dtype == np.uint8 else values
+        parts = [np.frombuffer(v, np.uint8) for v in values] if self._raw else values
         lengths = [len(p) for p in parts]
         end = self._used + sum(lengths)
         if end > len(self._buffer):

@@ -165,10 +165,12 @@ class DatasetWriter:
         cells = self._cells(sample, self._offered - 1)
         try:
             # Copied into the shard writer's buffers at once: no sample outlives this call.
-            with self._destination.writing():
-                self._shards.add_row(cells, sum(cell_nbytes(cell) for cell in cells))
-        except BaseException:  # a full disk, an interrupt: what is written is incomplete
+            self._shards.add_row(cells, sum(map(cell_nbytes, cells)))
+        except BaseException as exc:  # a full disk, an interrupt: what is written is incomplete
             self.abandon()
+            if isinstance(exc, OSError):
+                with self._destination.writing():  # its one-line error
+                    raise
             raise
         self.samples_written += 1
 
