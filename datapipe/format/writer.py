@@ -78,7 +78,8 @@ class ShardSetWriter:
         self.prefix = prefix
         self.shards: list[ShardInfo] = []
         # Two chunks' buffers, used in turn: one filling while the other is being written.
-        # A chunk ends at the sample that takes it to chunk_bytes: room for that and one more.
+        # A chunk ends with the sample that takes it to chunk_bytes: room for a quarter more
+        # (a larger last sample grows the buffers, once).
         reserve = self.chunk_bytes + (self.chunk_bytes >> 2)
         self._chunk, self._spare = ChunkColumns(columns, reserve), ChunkColumns(columns, reserve)
         self._chunk_bytes = 0
