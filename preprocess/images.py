@@ -3,7 +3,6 @@ resized images."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -181,7 +180,9 @@ def _fingerprint(source: ImageSource, options: OutputOptions,
         "kind": "images", "format": options.shard_format, "settings": settings_record,
         "inputs": [(i.source, i.label, list(i.extras)) for i in source.items]}
     if source.files:  # where each image lies in them, and their sizes
-        record["members"] = [dataclasses.astuple(i.member) if i.member else None
+        # A member's fields are ints: its values as astuple gives them, without the deep copy
+        # (a sixth of a second for 10,000 images, before the first is converted).
+        record["members"] = [tuple(vars(i.member).values()) if i.member else None
                              for i in source.items]
         record["files"] = [(f.name, f.size) for f in source.files]
     return hash_bytes(json.dumps(record, default=str).encode())

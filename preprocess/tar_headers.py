@@ -11,6 +11,7 @@ names; sparse files, links and devices are members that are not files.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ _REGULAR = (b"0", b"\0", b"7")
 # Headers that describe the next member, or the archive: pax (x, g), GNU long names (L, K).
 _EXTENSIONS = (b"x", b"g", b"L", b"K")
 _ZERO = bytes(BLOCK)
+_ADLER_MODULUS = 65521
 
 
 @dataclass(frozen=True)
@@ -93,10 +95,19 @@ def _check_sum(block: bytes, offset: int) -> None:
         stored = int(block[148:156].replace(b"\0", b" ").strip() or b"-1", 8)
     except ValueError:
         stored = -1
-    unsigned = sum(block[:148]) + 8 * 32 + sum(block[156:])
+    unsigned = _byte_sum(block) - sum(block[148:156]) + 8 * 32
     if stored != unsigned and stored != unsigned - 256 * _high_bytes(block):  # old tars: signed
         raise TarDamage(offset, f"corrupt at byte {offset}: not a tar header" if offset else
                         "not a tar archive (no tar header at its start)")
+
+
+def _byte_sum(block: bytes) -> int:
+    """sum(block), a quarter of the time for a header (two blocks per member, WebDataset's pax
+    headers counted): adler32's low half is 1 + the bytes' sum modulo 65521, which is the sum
+    itself when the block's non-zero bytes cannot add up to more than 65519."""
+    if 255 * (BLOCK - block.count(0)) < _ADLER_MODULUS - 1:
+        return (zlib.adler32(block) & 0xFFFF) - 1
+    return sum(block)
 
 
 def _high_bytes(block: bytes) -> int:

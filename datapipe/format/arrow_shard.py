@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import threading
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -12,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from datapipe.errors import DataError
+from datapipe.format.chunk_columns import ChunkColumns, JoinedCells
 from datapipe.format.schema import Column
 from datapipe.format.shard_reader import ShardReader, stored_type_problem
 
@@ -27,53 +26,16 @@ def arrow_type(col: Column) -> pa.DataType:
     return pa.large_list(pa.from_numpy_dtype(col.numpy_dtype))
 
 
-class _Scratch(threading.local):
-    """Buffers a column's values are joined in, chunk after chunk, shard after shard: one set
-    per writing thread. A fresh 32 MB buffer per chunk costs more than the copy into it: the
-    allocator maps every one afresh, and each page faults on first touch (a quarter of a
-    million faults per GB written, or huge pages to zero and compact)."""
-
-    def __init__(self) -> None:
-        self._buffers: dict[tuple[int, str], np.ndarray] = {}
-
-    def take(self, column: int, count: int, dtype: np.dtype) -> np.ndarray:
-        """`count` values of `dtype` for the `column`-th column, overwriting the last chunk's
-        (which the Arrow writer has written by then)."""
-        key = (column, dtype.str)
-        buffer = self._buffers.get(key)
-        if buffer is None or len(buffer) < count:
-            grown = 2 * len(buffer) if buffer is not None else 0
-            buffer = self._buffers[key] = np.empty(max(count, grown), dtype)
-        return buffer[:count]
-
-
-_SCRATCH = _Scratch()
-
-
-def _offsets(lengths: Iterable[int], count: int) -> np.ndarray:
-    offsets = np.zeros(count + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(lengths, dtype=np.int64, count=count), out=offsets[1:])
-    return offsets
-
-
-def _list_array(arrays: list[np.ndarray], values: np.ndarray) -> pa.Array:
-    """Token ids, or arrays given flat, as one large_list column whose values are joined in
-    `values` (as many as the arrays hold, of the column's dtype)."""
-    offsets = _offsets((len(a) for a in arrays), len(arrays))
-    if arrays:
-        np.concatenate(arrays, out=values, casting="unsafe")
-    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values))
-
-
-def _binary_array(values: list, data: np.ndarray, kind: pa.DataType | None = None) -> pa.Array:
-    """One joined buffer (`data`, as many bytes as the values hold) plus offsets: pa.array()
-    over a list of bytes is several times slower (and imports pandas when it is installed).
-    Same bytes on disk either way."""
-    offsets = _offsets((len(v) for v in values), len(values))
-    if values:
-        np.concatenate([np.frombuffer(v, dtype=np.uint8) for v in values], out=data)
-    return pa.Array.from_buffers(kind or pa.large_binary(), len(values),
-                                 [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+def _joined_array(joined: JoinedCells, col: Column) -> pa.Array:
+    """A bytes, string or array column from the chunk's joined buffer and its offsets, without
+    a copy: pa.array() over a list of bytes is several times slower (and imports pandas when it
+    is installed). Same bytes on disk either way."""
+    offsets, values = joined.offsets(), joined.values()
+    if col.is_list:
+        return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values))
+    kind = pa.large_string() if col.type == "string" else pa.large_binary()
+    return pa.Array.from_buffers(kind, len(offsets) - 1,
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(values)])
 
 
 def _number_array(values: list, col: Column) -> pa.Array:
@@ -93,23 +55,9 @@ class ArrowShardStream:
         self._stream = pa.PythonFile(sink, mode="w")
         self._writer = pa.ipc.new_file(self._stream, self._schema)
 
-    def append(self, data: dict[str, list]) -> None:
-        arrays = []
-        for i, col in enumerate(self._columns):
-            values = data[col.name]
-            if col.is_list:
-                count = sum(len(a) for a in values)
-                arrays.append(_list_array(values, _SCRATCH.take(i, count, col.numpy_dtype)))
-            elif col.type == "bytes":
-                count = sum(len(v) for v in values)
-                arrays.append(_binary_array(values, _SCRATCH.take(i, count,
-                                                                  np.dtype(np.uint8))))
-            elif col.type == "string":
-                encoded = [v.encode() for v in values]
-                arrays.append(_binary_array(encoded, np.empty(sum(map(len, encoded)), np.uint8),
-                                            pa.large_string()))
-            else:
-                arrays.append(_number_array(values, col))
+    def append(self, chunk: ChunkColumns) -> None:
+        arrays = [_number_array(chunk.scalars(c.name), c) if c.is_scalar
+                  else _joined_array(chunk.joined(c.name), c) for c in self._columns]
         self._writer.write_batch(pa.record_batch(arrays, schema=self._schema))
 
     def finish(self) -> None:

@@ -35,9 +35,6 @@ from datapipe.format.shard_formats import FORMAT_NAMES
 from datapipe.format.writer import ShardSetWriter, cell_nbytes
 
 MAX_SHARD_SIZE = 1 << 40
-# Samples are handed to the shard writer in small batches: its bookkeeping then costs the
-# writing process little per sample, and the shards cut are the same.
-_BATCH_ROWS, _BATCH_BYTES = 256, 8 << 20
 
 
 @dataclass(frozen=True)
@@ -122,10 +119,6 @@ class DatasetWriter:
         self._shards = ShardSetWriter(self._destination.folder, self.schema.columns,
                                       self.options.shard_format, self.options.shard_size,
                                       prefix=self.options.prefix)
-        self._names = [c.name for c in self.schema.columns]
-        self._pending: list[list[Any]] = [[] for _ in self._names]
-        self._pending_sizes: list[int] = []
-        self._pending_bytes = 0
 
     def _open(self, out: str | Path, staging: str | Path | None) -> Destination:
         part, overwrite = self.options.part, self.options.overwrite
@@ -170,18 +163,16 @@ class DatasetWriter:
                                 "more")
         self._offered += 1
         cells = self._cells(sample, self._offered - 1)
-        for column, cell in zip(self._pending, cells, strict=True):
-            column.append(cell)
-        size = sum(cell_nbytes(cell) for cell in cells)
-        self._pending_sizes.append(size)
-        self._pending_bytes += size
+        try:
+            # Copied into the shard writer's buffers at once: no sample outlives this call.
+            self._shards.add_row(cells, sum(map(cell_nbytes, cells)))
+        except BaseException as exc:  # a full disk, an interrupt: what is written is incomplete
+            self.abandon()
+            if isinstance(exc, OSError):
+                with self._destination.writing():  # its one-line error
+                    raise
+            raise
         self.samples_written += 1
-        if len(self._pending_sizes) >= _BATCH_ROWS or self._pending_bytes >= _BATCH_BYTES:
-            try:
-                self._hand_over()
-            except BaseException:  # a full disk, an interrupt: what is written is incomplete
-                self.abandon()
-                raise
 
     def write_all(self, samples: Iterable[Mapping[str, Any]]) -> int:
         """Add every sample of an iterable, in order; returns how many."""
@@ -207,15 +198,6 @@ class DatasetWriter:
         cells.extend(self._derived)
         return [cells[j] for j in self.schema.order]
 
-    def _hand_over(self) -> None:
-        if not self._pending_sizes:
-            return
-        rows = dict(zip(self._names, self._pending, strict=True))
-        with self._destination.writing():
-            self._shards.add_rows(rows, self._pending_sizes)
-        self._pending = [[] for _ in self._names]
-        self._pending_sizes, self._pending_bytes = [], 0
-
     # --- ending --------------------------------------------------------------------------
 
     def close(self) -> Manifest:
@@ -228,7 +210,6 @@ class DatasetWriter:
             return self.manifest
         self._closed = True
         try:
-            self._hand_over()
             with self._destination.writing():
                 self._shards.flush()
             manifest = self._manifest()

@@ -18,6 +18,7 @@ import msgpack
 import numpy as np
 
 from datapipe.errors import DataError
+from datapipe.format.chunk_columns import ChunkColumns
 from datapipe.format.schema import Column
 from datapipe.format.shard_reader import ShardReader, stored_type_problem
 
@@ -45,16 +46,16 @@ class MsgpackShardStream:
         f.write(MAGIC)
         self._position = len(MAGIC)
 
-    def append(self, data: dict[str, list]) -> None:
-        rows = len(data[self._columns[0].name]) if self._columns else 0
-        for i in range(rows):
+    def append(self, chunk: ChunkColumns) -> None:
+        columns = [chunk.cells(c.name) for c in self._columns]
+        for row in zip(*columns, strict=True):
             self._offsets.append(self._position)
-            record = self._packer.pack([_encode_cell(c, data[c.name][i])
-                                        for c in self._columns])
+            record = self._packer.pack([_encode_cell(c, value)
+                                        for c, value in zip(self._columns, row, strict=True)])
             self._file.write(record)
             self._position += len(record)
         for name, values in self._scalars.items():
-            values.extend(data[name])
+            values.extend(chunk.scalars(name))
 
     def finish(self) -> None:
         offsets = np.array([*self._offsets, self._position], dtype="<u8")

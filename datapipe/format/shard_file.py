@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from datapipe.format.chunk_columns import ChunkColumns
 from datapipe.format.hashing import HashingWriter
 from datapipe.format.schema import Column
 from datapipe.format.shard_formats import get_format
@@ -26,9 +27,9 @@ class ShardFile:
             self._file.close()
             raise
 
-    def append(self, data: dict[str, list]) -> None:
-        """Append rows given column by column (payloads as bytes or numpy arrays)."""
-        self._stream.append(data)
+    def append(self, chunk: ChunkColumns) -> None:
+        """Append a chunk's rows."""
+        self._stream.append(chunk)
 
     def end(self) -> str:
         """Write the format's closing bytes; returns the hash of the file's bytes, taken as

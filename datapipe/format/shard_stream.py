@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from datapipe.format.chunk_columns import ChunkColumns
+
 
 class ShardStream(Protocol):
     """A shard format's writer: rows appended in chunks, then the closing bytes."""
 
-    def append(self, data: dict[str, list]) -> None: ...
+    def append(self, chunk: ChunkColumns) -> None: ...
 
     def finish(self) -> None: ...

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from datapipe.format.chunk_columns import ChunkColumns
 from datapipe.format.manifest import ShardInfo
 from datapipe.format.schema import Column
 from datapipe.format.shard_file import ShardFile
@@ -51,14 +52,16 @@ def cell_nbytes(value: Any) -> int:
 class ShardSetWriter:
     """Buffers samples and cuts a shard whenever the next sample would pass `target_bytes`.
 
-    Samples are never split across shards. Within a shard, every `CHUNK_BYTES` of samples are
-    handed to a background thread that appends them to the shard's file while the next chunk
-    fills; the process feeding samples waits on the disk only when a chunk is ready before the
-    previous one is written (one at a time, which bounds memory). A shard is written under a
-    temporary name; when it is cut, a second thread fsyncs and renames it while the next one
-    is written (one waits on the disk at a time), then calls `on_shard(info, tag)`, in shard
-    order, with the tag of the sample that opens the next shard: a reader never sees a partial
-    shard. Shards are named `prefix` and their index (shard-00000.arrow, ...).
+    Samples are never split across shards. Each is copied into the buffers of the chunk being
+    filled as it is added (chunk_columns.py), so the caller's objects are not kept. Within a
+    shard, every `CHUNK_BYTES` of samples are handed to a background thread that appends them
+    to the shard's file while the next chunk fills; the process feeding samples waits on the
+    disk only when a chunk is ready before the previous one is written (one at a time, which
+    bounds memory). A shard is written under a temporary name; when it is cut, a second thread
+    fsyncs and renames it while the next one is written (one waits on the disk at a time),
+    then calls `on_shard(info, tag)`, in shard order, with the tag of the sample that opens
+    the next shard: a reader never sees a partial shard. Shards are named `prefix` and their
+    index (shard-00000.arrow, ...).
     """
 
     def __init__(self, directory: str | Path, columns: tuple[Column, ...], shard_format: str,
@@ -74,7 +77,11 @@ class ShardSetWriter:
         self.on_shard = on_shard
         self.prefix = prefix
         self.shards: list[ShardInfo] = []
-        self._chunk: dict[str, list] = {c.name: [] for c in columns}
+        # Two chunks' buffers, used in turn: one filling while the other is being written.
+        # A chunk ends with the sample that takes it to chunk_bytes: room for a quarter more
+        # (a larger last sample grows the buffers, once).
+        reserve = self.chunk_bytes + (self.chunk_bytes >> 2)
+        self._chunk, self._spare = ChunkColumns(columns, reserve), ChunkColumns(columns, reserve)
         self._chunk_bytes = 0
         self._rows = 0  # in the shard being filled, handed over or not
         self._bytes = 0
@@ -89,8 +96,21 @@ class ShardSetWriter:
         return self._rows
 
     def add(self, sample: dict[str, Any], tag: Any = None) -> None:
-        self.add_rows({c.name: [sample[c.name]] for c in self.columns},
-                      [sample_nbytes(self.columns, sample)], [tag])
+        self.add_row([sample[c.name] for c in self.columns],
+                     sample_nbytes(self.columns, sample), tag)
+
+    def add_row(self, cells: Sequence[Any], size: int, tag: Any = None) -> None:
+        """One sample, its cells in column order and `size` its `sample_nbytes`: what
+        `add_rows` does with one row, without its search, for a writer fed sample by sample
+        (the sample is copied in while the caller's bytes are still in the CPU's cache)."""
+        if self._rows and self._bytes + size > self.target_bytes:
+            self.cut(tag)
+        self._chunk.append_row(cells)
+        self._rows += 1
+        self._bytes += size
+        self._chunk_bytes += size
+        if self._chunk_bytes >= self.chunk_bytes:
+            self._hand_over(None)
 
     def add_rows(self, rows: dict[str, Sequence[Any]], sizes: Sequence[int],
                  tags: Sequence[Any] | None = None) -> None:
@@ -125,8 +145,7 @@ class ShardSetWriter:
 
     def _take(self, rows: dict[str, Sequence[Any]], start: int, stop: int) -> None:
         if stop > start:
-            for name, values in self._chunk.items():
-                values.extend(rows[name][start:stop])
+            self._chunk.extend(rows, start, stop)
             self._rows += stop - start
 
     def cut(self, tag: Any = None) -> None:
@@ -142,9 +161,11 @@ class ShardSetWriter:
     def _hand_over(self, closing: tuple[int, Any] | None) -> None:
         """The chunk filled so far to the background writer, then, given `closing` (the shard's
         rows and tag), the shard's closing."""
-        chunk, self._chunk = self._chunk, {c.name: [] for c in self.columns}
+        self.wait()  # the chunk written before: its buffers fill next
+        chunk, self._chunk = self._chunk, self._spare
+        self._spare = chunk
+        self._chunk.clear()
         self._chunk_bytes = 0
-        self.wait()
         if self._background is None:
             self._background = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")
         name = shard_name(self.next_index, self.shard_format, self.prefix)
@@ -188,11 +209,11 @@ class ShardSetWriter:
             self._open.abandon()
             self._open = None
 
-    def _write(self, name: str, chunk: dict[str, list], closing: tuple[int, Any] | None) -> None:
+    def _write(self, name: str, chunk: ChunkColumns, closing: tuple[int, Any] | None) -> None:
         """On the background thread: append `chunk` (if it has rows) to shard `name`, opened on
         its first chunk, then close the shard as `closing` says."""
         tmp = self.directory / (name + ".tmp")
-        if chunk[self.columns[0].name]:
+        if chunk.rows:
             if self._open is None:
                 self._open = ShardFile(tmp, self.shard_format, self.columns)
             self._open.append(chunk)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +150,24 @@ def test_closing_returns_the_manifest_once_written_and_writing_after_close_is_re
     with pytest.raises(ArgumentError, match=r"closed; open another"):
         writer.write({"n": 2})
     assert dp.Dataset(tmp_path / "out").manifest.num_samples == 1
+
+
+def test_a_written_sample_is_copied_and_not_kept(tmp_path: Path) -> None:
+    """write() copies a sample's cells into the shard writer's buffers before it returns: a
+    writer holding on to samples until their chunk is written keeps tens of megabytes alive,
+    memory the allocator hands back and takes afresh chunk after chunk."""
+    with dp.DatasetWriter(tmp_path / "out", {"blob": "bytes", "ids": "uint16[]"}) as writer:
+        for i in range(3):
+            blob, ids = bytes([i]) * 1000, np.arange(i + 5, dtype=np.uint16)
+            references, ids_alive = sys.getrefcount(blob), weakref.ref(ids)
+            writer.write({"blob": blob, "ids": ids})
+            assert sys.getrefcount(blob) == references
+            del ids
+            assert ids_alive() is None
+    with dp.Dataset(tmp_path / "out") as ds:
+        assert [bytes(ds[i]["blob"]) for i in range(3)] == [bytes([i]) * 1000 for i in range(3)]
+        assert [ds[i]["ids"].tolist() for i in range(3)] == [list(range(i + 5))
+                                                             for i in range(3)]
 
 
 def test_a_refused_sample_is_not_written_and_the_writer_goes_on(tmp_path: Path) -> None:

@@ -200,6 +200,14 @@ def test_any_grouping_of_rows_cuts_the_same_shards_and_chunks(tmp_path: Path, fm
 
     one_by_one = write("single", [1] * 120)
     assert sum(s["rows"] for s in one_by_one) == 120 and len(one_by_one) > 10
+    (tmp_path / "rows").mkdir()  # add_row: a writer fed a sample at a time (DatasetWriter)
+    writer = ShardSetWriter(tmp_path / "rows", COLUMNS, fmt, 700, chunk_bytes=250)
+    for s in samples:
+        writer.add_row([s[c.name] for c in COLUMNS], rows_nbytes(COLUMNS, {
+            c.name: [s[c.name]] for c in COLUMNS})[0])
+    writer.flush()
+    writer.close()
+    assert [s.to_json() for s in writer.shards] == one_by_one
     for attempt in range(3):
         cuts = np.sort(rng.choice(np.arange(1, 120), size=12 + 9 * attempt, replace=False))
         groups = np.diff([0, *cuts.tolist(), 120]).tolist()

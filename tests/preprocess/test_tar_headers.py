@@ -66,3 +66,24 @@ def test_a_bad_checksum_is_named_with_its_byte(tmp_path: Path) -> None:
     data[second + 5] ^= 0xFF  # a byte of the second member's first header block
     with pytest.raises(TarDamage, match=f"corrupt at byte {second}: not a tar header"):
         list(read_headers(io.BytesIO(bytes(data)), len(data)))
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_header_of_high_bytes_is_checked_as_any_other(tmp_path: Path, damaged: bool) -> None:
+    """Header checksums are summed through adler32 where a block's bytes cannot pass its
+    modulus; a header of hundreds of high bytes (a long Latin-1 name in ustar's prefix, a link
+    to another) sums past it, and is checked by its exact sum."""
+    name, target = "\udcff" * 150 + "/" + "\udcfe" * 99, "\udcfd" * 100
+    with tarfile.open(tmp_path / "t.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+        link = tarfile.TarInfo(name)
+        link.type, link.linkname = tarfile.SYMTYPE, target
+        tar.addfile(link)
+    data = bytearray((tmp_path / "t.tar").read_bytes())
+    assert sum(data[:512]) > 65521
+    if damaged:
+        data[200] ^= 0x01  # a byte of the link's target
+        with pytest.raises(TarDamage, match="not a tar archive"):
+            list(read_headers(io.BytesIO(bytes(data)), len(data)))
+    else:
+        (header,) = read_headers(io.BytesIO(bytes(data)), len(data))
+        assert header.name == name and not header.is_file
