@@ -25,6 +25,14 @@ class SampleGenerators:
         self._bits = np.random.Philox(key=0)
         self._generator = np.random.Generator(self._bits)
 
+    def seed_for(self, epoch: int, index: int, view: int, position: int) -> int:
+        """A 63-bit seed, the same pure function of the sample step: what seeds the global
+        generators for a user's function (a hash, without re-keying a generator: a tenth of
+        for_sample's cost, on every sample)."""
+        digest = hashlib.blake2b(struct.pack("<5q", self.seed, epoch, index, view, position),
+                                 digest_size=8, person=b"datapipe-seed").digest()
+        return int.from_bytes(digest, "little") >> 1
+
     def for_sample(self, epoch: int, index: int, view: int, position: int) -> np.random.Generator:
         digest = hashlib.blake2b(struct.pack("<5q", self.seed, epoch, index, view, position),
                                  digest_size=16, person=b"datapipe-sample").digest()

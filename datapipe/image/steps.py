@@ -175,20 +175,26 @@ class PerSample(SampleStep):
         return not self._tensors and _takes_rng(self.fn)
 
     def apply_sample(self, pixels: np.ndarray, rng: np.random.Generator) -> Any:
-        seed = int(rng.integers(2**63))
+        return self.apply_seeded(pixels, int(rng.integers(2**63)), lambda: rng)
+
+    def apply_seeded(self, pixels: np.ndarray, seed: int,
+                     rng: Callable[[], np.random.Generator]) -> Any:
+        """The call with the global generators seeded from `seed`, and `rng()` made only for
+        a function that takes one: the workers' way, which spends no generator on the
+        functions that draw from the globals or not at all."""
         if in_worker():  # a worker's generators are its own: seeded, with nothing to restore
             seed_globals(seed)
             return self._call(pixels, rng)
         with seeded_globals(seed):
             return self._call(pixels, rng)
 
-    def _call(self, pixels: np.ndarray, rng: np.random.Generator) -> Any:
+    def _call(self, pixels: np.ndarray, rng: Callable[[], np.random.Generator]) -> Any:
         if self._tensors:
             result = self.fn(torch.from_numpy(pixels).permute(2, 0, 1))
             # Anything but a CHW tensor goes back as it is, for the loader to name.
             return result.permute(1, 2, 0).numpy() \
                 if isinstance(result, torch.Tensor) and result.dim() == 3 else result
-        return self.fn(pixels, rng=rng) if self._with_rng else self.fn(pixels)
+        return self.fn(pixels, rng=rng()) if self._with_rng else self.fn(pixels)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ on every sample (a few comparisons): a wrong one is refused by name before it re
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -75,14 +76,23 @@ class ViewDecoder:
                 continue
             started = time.perf_counter()
             expected = _expected(step, pixels)
-            rng = self.generators.for_sample(epoch, index, self.view_no, position)
             try:
-                result = step.apply_sample(pixels, rng)
+                result = self._apply(step, pixels, epoch, index, position)
             except Exception as exc:  # the user's code: any failure names the sample
                 raise StepFailed(step, exc) from exc
             pixels = _checked(step, result, expected)
             self.step_seconds[self.names[position]] += time.perf_counter() - started
         return pixels
+
+    def _apply(self, step: Transform, pixels: np.ndarray, epoch: int, index: int,
+               position: int) -> object:
+        """One step on one sample, with its randomness: a user's function gets its global
+        generators seeded by a hash, and a generator only if it takes one."""
+        where = (epoch, index, self.view_no, position)
+        if isinstance(step, PerSample):
+            return step.apply_seeded(pixels, self.generators.seed_for(*where),
+                                     functools.partial(self.generators.for_sample, *where))
+        return step.apply_sample(pixels, self.generators.for_sample(*where))
 
     def take_step_seconds(self) -> dict[str, float]:
         seconds = dict(self.step_seconds)
