@@ -117,14 +117,28 @@ def test_goals_compare_the_medians() -> None:
     assert lines == ["datapipe: 3.00× torch (goal ≥ 2.5×: met)",
                      "datapipe-user: 1.20× torch (goal ≥ 1.3×: NOT met)",
                      "A per-sample function doing nothing costs 4.0% of the plain pipeline's "
-                     "images/s (goal ≤ 5%: met)"]
+                     "images/s, the median of the rounds' costs (each round runs the two back "
+                     "to back; the medians' ratio: 4.0%) (goal ≤ 5%: met)"]
     lines = recipe.goal_lines(fake_result({"torch": None, "datapipe": 300.0,
                                            "datapipe-user": None, "datapipe-plain": 1000.0,
                                            "datapipe-noop": 900.0}))
     assert lines == ["datapipe ≥ 2.5× torch: not measured (skipped: x)",
                      "datapipe-user ≥ 1.3× torch: not measured (skipped: x)",
                      "A per-sample function doing nothing costs 10.0% of the plain pipeline's "
-                     "images/s (goal ≤ 5%: NOT met)"]
+                     "images/s, the median of the rounds' costs (each round runs the two back "
+                     "to back; the medians' ratio: 10.0%) (goal ≤ 5%: NOT met)"]
+
+
+def test_the_do_nothing_cost_pairs_the_runs_of_each_round() -> None:
+    """Round by round against the run beside it: a machine 20 % slower in one round moves
+    both rows of that round, not the comparison."""
+    plain = Outcome("ok", [{"rate": r} for r in (1000.0, 800.0, 1010.0)])
+    noop = Outcome("ok", [{"rate": r} for r in (970.0, 1002.0, 780.0)])
+    # Medians 1000 vs 970: 3 %; the rounds: 3 %, -25 %, 23 %: median 3 %.
+    assert recipe.paired_cost(noop, plain) == pytest.approx(0.03)
+    slower = Outcome("ok", [{"rate": r} for r in (940.0, 752.0, 950.0)])  # 6 % every round
+    assert recipe.paired_cost(slower, plain) == pytest.approx(0.06)
+    assert recipe.paired_cost(Outcome("ok", noop.runs[:2]), plain) is None
 
 
 @needs_vision
