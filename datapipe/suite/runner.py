@@ -196,9 +196,11 @@ def run_rounds(repeats: int, peers: list[Peer], outcomes: dict[str, Outcome], ru
     Each run gets a fresh runs_dir/NAME-ROUND, a wait of up to `settle` s for other work to
     stop, a "round i/n: NAME ..." line, then attempt(peer, run_dir), whose record is kept and
     whose figure ends the line. A run that raises one of CHILD_FAILURES, or whose record holds
-    "error" (a failure the child caught), fails its peer, which then sits out later rounds."""
+    "error" (a failure the child caught), fails its peer, which then sits out later rounds.
+    Every other round goes through the peers backwards: a machine that slows as a round goes
+    on (a virtual machine's CPU credit, heat) then favours no peer by its place in the list."""
     for repeat in range(1, repeats + 1):
-        for peer in peers:
+        for peer in peers if repeat % 2 else peers[::-1]:
             outcome = outcomes[peer.name]
             if outcome.status != "ok":
                 continue

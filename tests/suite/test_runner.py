@@ -184,6 +184,19 @@ def test_run_rounds_interleaves_and_drops_a_failed_tool(
         " line two", "round 2/2: a ... a 30"]
 
 
+def test_every_other_round_goes_through_the_peers_backwards(tmp_path: Path) -> None:
+    outcomes = {name: Outcome("ok") for name in "abc"}
+    calls = []
+
+    def attempt(p: Peer, run_dir: Path) -> dict[str, Any]:
+        calls.append(run_dir.name)
+        return {"rate": 1.0, "others_cores": 0.0}
+
+    runner.run_rounds(3, [peer(n) for n in "abc"], outcomes, tmp_path, 0, attempt,
+                      lambda name, run: name)
+    assert calls == ["a-1", "b-1", "c-1", "c-2", "b-2", "a-2", "a-3", "b-3", "c-3"]
+
+
 def test_run_rounds_brief_failures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     outcomes = {"crash": Outcome("ok"), "caught": Outcome("ok"), "slow": Outcome("ok")}
 
