@@ -39,6 +39,9 @@ class ConcatDataset:
         self.shard_starts = np.concatenate(
             [ds.shard_starts[:-1] + self.offsets[s] for s, ds in enumerate(self.sources)]
             + [self.offsets[-1:]])
+        # Combined shard number -> (its dataset, its number there): a list, as a worker looks
+        # one up per sample.
+        self._shards = [(ds, k) for ds in self.sources for k in range(ds.num_shards)]
         self.manifest: Manifest = self.sources[0].manifest
         self.directory = ", ".join(str(ds.directory) for ds in self.sources)
 
@@ -54,12 +57,8 @@ class ConcatDataset:
         source = np.searchsorted(self.offsets, ids, side="right") - 1
         return source, ids - self.offsets[source]
 
-    def _source_of_shard(self, k: int) -> tuple[Dataset, int]:
-        s = int(np.searchsorted(self.shard_offsets, k, side="right")) - 1
-        return self.sources[s], k - int(self.shard_offsets[s])
-
     def shard(self, k: int) -> ShardReader:
-        dataset, local = self._source_of_shard(k)
+        dataset, local = self._shards[k]
         return dataset.shard(local)
 
     def on_close(self, callback: Callable[[int], None]) -> None:
