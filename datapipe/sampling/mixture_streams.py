@@ -6,6 +6,7 @@ a Python step per sample).
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -14,6 +15,10 @@ import numpy as np
 # Permutations of a small source come in blocks drawn at once (one generator per block): an
 # up-weighted source of 10 samples may need 100,000 of them in one epoch.
 _BLOCK_SAMPLES = 1 << 16
+# The latest blocks made in this process, for plans made epoch after epoch: an epoch takes one
+# permutation of a block that holds hundreds of a small source's (a few MB at most).
+_RECENT_BLOCKS: OrderedDict[tuple[int, int, int, int], np.ndarray] = OrderedDict()
+_RECENT_LIMIT = 16
 
 
 def stream_slice(size: int, seed: int, source: int, start: int, count: int, shuffle: bool,
@@ -30,7 +35,7 @@ def stream_slice(size: int, seed: int, source: int, start: int, count: int, shuf
         blocks = []
         for c in _block_starts(size, first, last):
             if cache is None or (source, c) not in cache:
-                block = _permutation(size, seed, source, c)
+                block = _recent_permutation(size, seed, source, c)
                 if cache is not None:
                     cache[source, c] = block
             blocks.append(block if cache is None else cache[source, c])
@@ -50,6 +55,21 @@ def _block_starts(size: int, first: int, last: int) -> list[int]:
     """The first permutation of each block that holds permutations first .. last."""
     k = _block_size(size)
     return list(range(first // k * k, last + 1, k))
+
+
+def _recent_permutation(size: int, seed: int, source: int, block_start: int) -> np.ndarray:
+    """_permutation, kept for the next epochs' plans (read-only: callers only slice it)."""
+    key = (size, seed, source, block_start)
+    block = _RECENT_BLOCKS.get(key)
+    if block is None:
+        block = _permutation(size, seed, source, block_start)
+        block.flags.writeable = False
+        _RECENT_BLOCKS[key] = block
+        while len(_RECENT_BLOCKS) > _RECENT_LIMIT:
+            _RECENT_BLOCKS.popitem(last=False)
+    else:
+        _RECENT_BLOCKS.move_to_end(key)
+    return block
 
 
 def _permutation(size: int, seed: int, source: int, block_start: int) -> np.ndarray:
