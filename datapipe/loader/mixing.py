@@ -21,7 +21,7 @@ from datapipe.loader.mixture_sources import (
     shared_extra_columns,
 )
 from datapipe.loader.progress_state import LoaderPosition, manifest_fingerprint
-from datapipe.sampling.elastic import is_count
+from datapipe.sampling.elastic import is_count, parse_lineage
 from datapipe.sampling.mixture import Mixture, drawn_in_epoch
 from datapipe.sampling.mixture_weights import (
     MixtureWeights,
@@ -76,19 +76,31 @@ class MixtureSetup:
         weights, no reweight, or a state whose faults `load_state_dict` names).
         `steps_per_epoch(world_size)`: the loader's steps in an epoch, which number the
         state's global step."""
+        theirs = self.weights_to_continue(state, schedule)
+        if theirs is None:
+            return None
+        step = state["epoch"] * steps_per_epoch(state["identity"]["world_size"])
+        return splice(theirs, schedule, step + state["batches_done"])
+
+    def weights_to_continue(self, state: Any, schedule: WeightSchedule) -> WeightSchedule | None:
+        """The weights a state was saved with, where reweight=True is to continue it with
+        `schedule`: other weights than these, and a position that can be counted. None
+        otherwise (no reweight, the same weights, or a state whose faults
+        `load_state_dict` names)."""
         saved = state.get("identity") if isinstance(state, dict) else None
         if not self.reweight or not isinstance(saved, dict):
             return None
         try:
             theirs = parse_schedule(saved.get("weights"))
+            parse_lineage(state.get("segments"))
         except ArgumentError:
             return None
-        world, epoch, done = (saved.get("world_size"), state.get("epoch"),
-                              state.get("batches_done"))
-        if theirs is None or theirs.to_json() == schedule.to_json() or not (
-                is_count(world) and world >= 1 and is_count(epoch) and is_count(done)):
+        world = saved.get("world_size")
+        countable = is_count(world) and world >= 1 and is_count(state.get("epoch")) and \
+            is_count(state.get("batches_done"))
+        if theirs is None or theirs.to_json() == schedule.to_json() or not countable:
             return None
-        return splice(theirs, schedule, epoch * steps_per_epoch(world) + done)
+        return theirs
 
 
 def parse_schedule(saved: Any) -> WeightSchedule | None:

@@ -12,9 +12,10 @@ import numpy as np
 import torch
 
 from datapipe.errors import ArgumentError
-from datapipe.loader.mixing import MixtureSetup, parse_schedule, splice
+from datapipe.loader.mixing import MixtureSetup, splice
 from datapipe.loader.progress_state import LoaderPosition
 from datapipe.sampling.elastic import is_count, parse_lineage
+from datapipe.sampling.mixture import split_ids
 from datapipe.sampling.mixture_tokens import (
     WEIGHT_UNITS,
     MixtureDocuments,
@@ -52,9 +53,6 @@ class TokenMixing:
         counts = [len(n) for n in source_lengths]
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._epochs: dict[int, MixtureDocuments] = {}
-        # The streams' blocks of permutations, kept from an epoch to the next: an epoch takes
-        # one permutation of a block that holds several of a small source.
-        self._blocks: dict[tuple[int, int], np.ndarray] = {}
 
     def _positions(self, unit: int) -> WeightSchedule:
         """The phases placed in the weights' unit: a phase at step s begins at s x `unit`
@@ -81,12 +79,8 @@ class TokenMixing:
             self.step_unit = unit
             self._use(self._positions(unit))
         mine = self.mixture.schedule
-        try:
-            theirs = parse_schedule(saved.get("weights"))
-        except ArgumentError:
-            return False  # restore_position names the difference
-        if not self.setup.reweight or theirs is None or theirs.to_json() == mine.to_json() \
-                or not _counters_valid(state):
+        theirs = self.setup.weights_to_continue(state, mine)
+        if theirs is None:
             return False
         self._use(theirs)
         at = self._stopped_at(state, epoch_start)
@@ -109,8 +103,7 @@ class TokenMixing:
         if docs is None:
             while len(self._epochs) >= _CACHED_EPOCHS:
                 del self._epochs[next(iter(self._epochs))]
-            docs = self._epochs[epoch] = self.mixture.epoch(epoch, self._blocks)
-            _keep_latest_blocks(self._blocks)
+            docs = self._epochs[epoch] = self.mixture.epoch(epoch)
         return docs
 
     def combined_ids(self, epoch: int) -> np.ndarray:
@@ -130,8 +123,7 @@ class TokenMixing:
         """A batch's combined `index` into `source` and the id within the source (-1 stays
         -1 in both: the padding tail)."""
         combined = batch["index"].numpy()
-        source = np.searchsorted(self.offsets, combined, side="right") - 1
-        local = combined - self.offsets[source]  # (source -1: offsets[-1], undone below)
+        source, local = split_ids(combined, self.offsets)  # (-1: wrong until undone below)
         if len(combined) and combined.min() < 0:
             filler = combined < 0
             source[filler], local[filler] = -1, -1
@@ -188,25 +180,3 @@ def single_source_progress(name: str, position: LoaderPosition, world_size: int,
                                              position.batches_done, docs, 1)
     return {name: {"documents": int(documents[0]) + position.epoch * documents_per_epoch,
                    "tokens": int(tokens[0]) + position.epoch * tokens_per_epoch}}
-
-
-def _keep_latest_blocks(blocks: dict[tuple[int, int], np.ndarray], per_source: int = 2) -> None:
-    """Each source's `per_source` latest blocks: streams only move on, epoch after epoch (a
-    block dropped too early is made again, the same)."""
-    latest: dict[int, list[int]] = {}
-    for source, start in blocks:
-        latest.setdefault(source, []).append(start)
-    for source, starts in latest.items():
-        for start in sorted(starts)[:-per_source]:
-            del blocks[source, start]
-
-
-def _counters_valid(state: dict[str, Any]) -> bool:
-    """A state's position is countable (else restore_position names what is wrong)."""
-    world = state["identity"].get("world_size")
-    try:
-        parse_lineage(state.get("segments"))
-    except ArgumentError:
-        return False
-    return is_count(world) and world >= 1 and is_count(state.get("epoch")) and \
-        is_count(state.get("batches_done"))

@@ -132,12 +132,11 @@ class TokenMixture:
         tokens = cycle * total + (int(begins[first]) if first < n else total)
         return cycle * n + first, tokens
 
-    def epoch(self, epoch: int, cache: dict | None = None) -> MixtureDocuments:
+    def epoch(self, epoch: int) -> MixtureDocuments:
         """The documents of epoch `epoch`, interleaved by token (or document) deficit within
-        each span of the phases. (`cache`: the streams' blocks of permutations, which a caller
-        planning epoch after epoch keeps from one to the next.)"""
+        each span of the phases."""
         keys, spans, sources, locals_, lengths = [], [], [], [], []
-        cache = {} if cache is None else cache  # each permutation made once, for all its uses
+        cache: dict = {}  # each permutation made once, for both ends and the slice
         amounts = np.array([span.amounts for span in epoch_spans(self.schedule, epoch,
                                                                  self.size)], dtype=np.int64)
         marks = drawn_before(self.schedule, epoch, self.size)
