@@ -42,6 +42,8 @@ class ConcatDataset:
         # Combined shard number -> (its dataset, its number there): a list, as a worker looks
         # one up per sample.
         self._shards = [(ds, k) for ds in self.sources for k in range(ds.num_shards)]
+        # Combined shard number -> its source: a batch's sources from the shards it located.
+        self.shard_source = np.repeat(np.arange(len(sizes), dtype=np.int64), shard_counts)
         self.manifest: Manifest = self.sources[0].manifest
         self.directory = ", ".join(str(ds.directory) for ds in self.sources)
 
@@ -112,3 +114,17 @@ def open_dataset(where: str | Path | RemoteLocation | Locations,
     if isinstance(where, tuple):
         return ConcatDataset(where, verify=verify)
     return Dataset(where, verify=verify)
+
+
+def batch_ids(dataset: Dataset | ConcatDataset, indices: np.ndarray,
+              shards: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """A batch's `index`: the samples' ids; for several datasets read as one (combined ids),
+    the ids within their own datasets, with `source` beside them (int64, as a batch holds
+    it), from the shards `locate_many` found for them where the caller has them. Made in the
+    workers, so that the training thread only wraps them."""
+    if isinstance(dataset, Dataset):
+        return {"index": indices}
+    if shards is None:
+        shards = dataset.locate_many(indices)[0]
+    source = dataset.shard_source[shards]
+    return {"index": indices - dataset.offsets[source], "source": source}

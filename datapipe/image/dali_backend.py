@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from datapipe.errors import ArgumentError
+from datapipe.format.concat import batch_ids
 from datapipe.image.transforms import plan_crops
 from datapipe.loader.device import CopyLeases
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec, batch_rng
@@ -266,7 +267,7 @@ class DaliProducer:
     def _meta(self, indices: np.ndarray, is_pad: np.ndarray) -> dict[str, Any]:
         """What `ImageBatchBuilder.build` returns when every sample decodes."""
         builder = self.builder
-        meta: dict[str, Any] = {"count": len(indices), **builder.ids(indices),
+        meta: dict[str, Any] = {"count": len(indices), **batch_ids(builder.dataset, indices),
                                 "label": builder.labels[indices], "is_padding": is_pad,
                                 "skipped": []}
         with self.dataset_lock:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import ArgumentError, DataError
-from datapipe.format.concat import ConcatDataset, Locations, open_dataset
+from datapipe.format.concat import ConcatDataset, Locations, batch_ids, open_dataset
 from datapipe.format.shard_reader import ShardReader
 from datapipe.format.sources import Location
 from datapipe.image.cpu_decode import decode_into
@@ -142,7 +142,8 @@ class ImageBatchBuilder:
             kept.append(j)
         keep = np.asarray(kept, dtype=np.int64)
         meta: dict[str, Any] = {"count": len(kept), "capacity": len(idx),
-                                **self.ids(idx[keep]), "label": self.labels[idx[keep]],
+                                **batch_ids(self.dataset, idx[keep], shards[keep]),
+                                "label": self.labels[idx[keep]],
                                 "is_padding": task.is_pad[keep], "skipped": skipped}
         meta["columns"] = self.extras.of(idx[keep])
         ended = time.perf_counter()
@@ -156,15 +157,6 @@ class ImageBatchBuilder:
             local = int(self.dataset.split(np.array([index]))[1][0])
             return f"{shard.where} row {row} (sample {local})"
         return f"{shard.path.name} row {row} (sample {index})"
-
-    def ids(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-        """A batch's `index`: the samples' ids; for a mixture (combined ids) the ids within
-        their own datasets, with `source` beside them."""
-        split = getattr(self.dataset, "split", None)
-        if split is None:
-            return {"index": indices}
-        source, local = split(indices)
-        return {"index": local, "source": source}
 
     def _refuse_or_skip(self, reason: str, index: int, skipped: list[tuple[int, str]],
                         cause: BaseException | None = None) -> None:

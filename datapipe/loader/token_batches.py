@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.format.concat import Locations, open_dataset
+from datapipe.format.concat import Locations, batch_ids, open_dataset
 from datapipe.format.manifest import Manifest
 from datapipe.format.sources import Location
 from datapipe.loader.extra_columns import ExtraColumns
@@ -103,7 +103,8 @@ class TokenBatchBuilder:
         self._check_ids(tokens[:pos], end - start, shards, rows, start)
         ended = time.perf_counter()
         return {"count": pos, "seg_lengths": end - start, "seg_starts": start, "after": after,
-                "rows": task.extra["rows"], "index": task.indices, "is_padding": task.is_pad,
+                "rows": task.extra["rows"], **batch_ids(self.dataset, task.indices, shards),
+                "is_padding": task.is_pad,
                 "columns": self.extras.of(task.indices),
                 "timing": worker_timing(started, ended, {"read": ended - started})}
 

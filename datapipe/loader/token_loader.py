@@ -323,15 +323,13 @@ class TokenLoader(LoaderBase):
             tokens, mask = split_slot(slot.numpy(), self.token_dtype, self.has_loss_mask)
             count = meta["count"]
             pieces = Gathered(np.asarray(meta["index"], dtype=np.int64),
-                                    np.asarray(meta["seg_starts"], dtype=np.int64),
-                                    meta["after"], None if mask is None else mask[:count])
+                              np.asarray(meta["seg_starts"], dtype=np.int64), meta["after"],
+                              None if mask is None else mask[:count], meta.get("source"))
             batch = collate(tokens[:count], np.asarray(meta["seg_lengths"], dtype=np.int64),
                             np.asarray(meta["rows"], dtype=np.int64), self.collate_options,
                             pieces)
             batch["is_padding"] = bool(plan.is_pad[b])
             add_to_batch(batch, aligned_columns(meta["columns"], batch["index"]))
-            if self.mixing is not None:
-                self.mixing.split_index(batch)
             if not batch["is_padding"]:
                 self._tokens_seen += batch["num_real_tokens"]
                 self._tokens_computed += batch["input_ids"].numel()

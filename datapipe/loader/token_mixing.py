@@ -9,13 +9,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from datapipe.errors import ArgumentError
 from datapipe.loader.mixing import MixtureSetup, splice
 from datapipe.loader.progress_state import LoaderPosition
 from datapipe.sampling.elastic import is_count, parse_lineage
-from datapipe.sampling.mixture import split_ids
 from datapipe.sampling.mixture_tokens import (
     WEIGHT_UNITS,
     MixtureDocuments,
@@ -118,17 +116,6 @@ class TokenMixing:
         if self.mixture.by_tokens:
             return self.mixture.size + sum(longest)
         return self.mixture.size * max(longest)
-
-    def split_index(self, batch: dict[str, Any]) -> None:
-        """A batch's combined `index` into `source` and the id within the source (-1 stays
-        -1 in both: the padding tail)."""
-        combined = batch["index"].numpy()
-        source, local = split_ids(combined, self.offsets)  # (-1: wrong until undone below)
-        if len(combined) and combined.min() < 0:
-            filler = combined < 0
-            source[filler], local[filler] = -1, -1
-        batch["index"] = torch.from_numpy(local)
-        batch["source"] = torch.from_numpy(source.astype(np.int64, copy=False))
 
     def identity(self) -> dict[str, Any]:
         identity = self.setup.identity(self.mixture.identity())

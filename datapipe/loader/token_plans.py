@@ -42,20 +42,19 @@ class RankTokenPlan:
 
 
 def aligned_columns(columns: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
-    """Metadata values, one per entry of `index`: a padding sequence (-1: a packed batch's
-    tail, a fixed row's free tail) gets 0 or None."""
-    filler = np.flatnonzero(index.numpy() < 0)
-    if not len(filler):
-        return columns
-    at = filler - np.arange(len(filler))  # np.insert's positions: before the shifted entries
+    """Metadata values (one per segment) one per entry of `index`: a padding sequence (-1: a
+    packed batch's tail, a fixed row's free tail) gets 0 or None."""
+    if all(len(value) == len(index) for value in columns.values()):
+        return columns  # no padding sequence (or no column): nothing to place
+    real = index.numpy() >= 0
     out: dict[str, Any] = {}
     for name, value in columns.items():
         if isinstance(value, np.ndarray):
-            out[name] = np.insert(value, at, np.zeros((), value.dtype), axis=0)
+            out[name] = np.zeros((len(real), *value.shape[1:]), value.dtype)
+            out[name][real] = value
         else:
-            out[name] = list(value)
-            for i in filler.tolist():
-                out[name].insert(i, None)
+            given = iter(value)
+            out[name] = [next(given) if is_real else None for is_real in real.tolist()]
     return out
 
 

@@ -25,6 +25,8 @@ from datapipe.text.labels import (
     shifted_labels,
 )
 
+# A mixture's key: per sequence, like `index`, the source of its document (-1 for padding).
+SOURCE = "source"
 # Keys holding one value per token: shaped (1, T) in a packed batch with batch_dim.
 PER_TOKEN = ("input_ids", "labels", "position_ids", "shift_labels", "seq_idx", "loss_mask")
 
@@ -42,12 +44,14 @@ class CollateOptions:
 class Gathered:
     """What the workers gathered beside the ids, per segment (`docs`, `starts`: the document
     and where in it the segment begins; `after`: the target of its last token, -100 at a
-    document's end) and per token (`mask`: the dataset's loss mask, None without one)."""
+    document's end; `sources`: a mixture's source of the document, None for one dataset) and
+    per token (`mask`: the dataset's loss mask, None without one)."""
 
     docs: np.ndarray
     starts: np.ndarray
     after: np.ndarray
     mask: np.ndarray | None = None
+    sources: np.ndarray | None = None
 
 
 @dataclass
@@ -62,6 +66,7 @@ class _Sequences:
     starts: np.ndarray       # per sequence
     docs: np.ndarray         # per sequence, -1 for padding
     mask: np.ndarray | None  # per token
+    sources: np.ndarray | None = None  # per sequence, -1 for padding (a mixture's)
 
 
 def collate(tokens: np.ndarray, seg_lengths: np.ndarray, row_offsets: np.ndarray,
@@ -87,7 +92,7 @@ def _packed_sequences(ids: np.ndarray, lengths: np.ndarray, pieces: Gathered,
     mask = pieces.mask
     if not extra:  # the arrays as they are: no copy on the training thread
         return _Sequences(ids, lengths, np.zeros(len(lengths), bool), real, pieces.after,
-                          pieces.starts, pieces.docs, mask)
+                          pieces.starts, pieces.docs, mask, pieces.sources)
     filler = np.array([extra], dtype=np.int64)  # one dummy tail: a multiple (Tensor Cores)
     return _Sequences(
         ids=np.concatenate([ids, np.full(extra, options.pad_id, dtype=np.int64)]),
@@ -97,7 +102,8 @@ def _packed_sequences(ids: np.ndarray, lengths: np.ndarray, pieces: Gathered,
         after=np.concatenate([pieces.after, np.full(len(filler), IGNORE)]),
         starts=np.concatenate([pieces.starts, np.zeros(len(filler), np.int64)]),
         docs=np.concatenate([pieces.docs, np.full(len(filler), -1)]),
-        mask=None if mask is None else np.concatenate([mask, np.zeros(extra, mask.dtype)]))
+        mask=None if mask is None else np.concatenate([mask, np.zeros(extra, mask.dtype)]),
+        sources=None if pieces.sources is None else np.concatenate([pieces.sources, [-1]]))
 
 
 def _fixed_sequences(ids: np.ndarray, lengths: np.ndarray, row_offsets: np.ndarray,
@@ -127,7 +133,8 @@ def _fixed_sequences(ids: np.ndarray, lengths: np.ndarray, row_offsets: np.ndarr
         ids=flat, lengths=seq_lengths[keep], is_filler=is_tail[keep], real=real,
         after=np.insert(pieces.after, at, IGNORE)[keep],
         starts=np.insert(pieces.starts, at, 0)[keep],
-        docs=np.insert(pieces.docs, at, -1)[keep], mask=mask)
+        docs=np.insert(pieces.docs, at, -1)[keep], mask=mask,
+        sources=None if pieces.sources is None else np.insert(pieces.sources, at, -1)[keep])
 
 
 def _finish(seqs: _Sequences, options: CollateOptions, shape: tuple[int, ...]) -> dict[str, Any]:
@@ -168,6 +175,8 @@ def _finish(seqs: _Sequences, options: CollateOptions, shape: tuple[int, ...]) -
                   "num_loss_tokens": _loss_targets(seqs, labels, fields.labels, real),
                   "efficiency": real / len(seqs.ids) if len(seqs.ids) else 1.0,
                   "index": torch.from_numpy(_index(seqs))})
+    if seqs.sources is not None:
+        batch[SOURCE] = torch.from_numpy(seqs.sources)
     return batch
 
 
@@ -230,4 +239,6 @@ def _padded(ids: np.ndarray, lengths: np.ndarray, pieces: Gathered,
                   "num_loss_tokens": int(np.count_nonzero(labels != IGNORE)),
                   "efficiency": real / grid.size if grid.size else 1.0,
                   "index": torch.from_numpy(pieces.docs.astype(np.int64))})
+    if pieces.sources is not None:
+        batch[SOURCE] = torch.from_numpy(pieces.sources)
     return batch

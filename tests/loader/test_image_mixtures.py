@@ -67,13 +67,16 @@ def test_every_batch_holds_each_source_within_one_sample_of_its_weight(
     assert [total[0], total[1], total[2]] == [36, 18, 6]
 
 
+@pytest.mark.parametrize("decode", ["cpu", "dali"])
 def test_source_and_index_name_the_sample_within_its_own_dataset(
-        data: dict[str, Path]) -> None:
+        data: dict[str, Path], decode: str) -> None:
+    if decode == "dali":
+        pytest.importorskip("nvidia.dali")  # on a machine without CUDA: DALI's CPU pipeline
     labels = {}
     for s, name in enumerate(SIZES):
         with Dataset(data[name]) as ds:
             labels[s] = ds.scalar("label")
-    with mix(data, num_workers=2) as loader:
+    with mix(data, num_workers=2, decode=decode) as loader:
         for batch in loader:
             assert batch["source"].dtype == batch["index"].dtype
             for s, i, label in zip(batch["source"].tolist(), batch["index"].tolist(),

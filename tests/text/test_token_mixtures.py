@@ -50,10 +50,11 @@ def sequences(batch: dict[str, Any]) -> list[tuple[int, int, int]]:
             zip(batch["source"], batch["index"], lengths, strict=True) if s >= 0]
 
 
+@pytest.mark.parametrize("layout", [{"pad_to_multiple_of": 8},  # packed, a padding tail
+                                    {"layout": "fixed", "seq_len": 64}])  # rows' free tails
 def test_each_sequence_holds_the_document_source_and_index_name(
-        corpus: dict[str, Any]) -> None:
-    with loader(corpus, num_workers=2, preset="hf", pad_to_multiple_of=8,
-                add_fields=("seq_idx",)) as mixed:
+        corpus: dict[str, Any], layout: dict[str, Any]) -> None:
+    with loader(corpus, num_workers=2, add_fields=("seq_idx",), **layout) as mixed:
         batches = list(mixed)
     sources = set()
     for batch in batches:
@@ -76,6 +77,17 @@ def test_each_sequence_holds_the_document_source_and_index_name(
     assert sources == {0, 1, 2}
     assert any(len(set(b["source"][b["source"] >= 0].tolist())) > 1 for b in batches), \
         "packed batches hold documents of several sources"
+    assert any((b["source"] < 0).any() for b in batches), "no padding sequence was checked"
+
+
+def test_padded_rows_hold_the_document_source_and_index_name(corpus: dict[str, Any]) -> None:
+    with loader(corpus, num_workers=2, layout="padded", pad_to_multiple_of=8) as mixed:
+        for batch in mixed:
+            assert len(batch["source"]) == len(batch["index"]) == len(batch["input_ids"])
+            for row, s, i in zip(batch["input_ids"], batch["source"].tolist(),
+                                 batch["index"].tolist(), strict=True):
+                document = corpus["docs"][NAMES[s]][i]
+                assert np.array_equal(row[:len(document)].numpy(), document)
 
 
 def test_any_100_consecutive_batches_hold_each_source_within_2_percent(
