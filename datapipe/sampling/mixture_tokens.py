@@ -118,16 +118,23 @@ class TokenMixture:
         return self._position_at(source, drawn_before(self.schedule, epoch, self.size)[source],
                                  cache)
 
-    def _position_at(self, source: int, mark: int, cache: dict | None) -> tuple[int, int]:
+    def _position_at(self, source: int, mark: int, cache: dict | None,
+                     begins_of: dict[tuple[int, int], np.ndarray] | None = None) -> tuple[int, int]:
         """(documents, tokens) of source's stream before its first document that begins at or
-        after `mark` (in the weights' unit)."""
+        after `mark` (in the weights' unit). (`begins_of`: each permutation's token counts
+        before its documents, kept for the caller's next positions in it.)"""
         if not self.by_tokens:
             return mark, _tokens_up_to(self, source, mark, cache)
-        lengths = self.lengths[source].astype(np.int64)
-        total, n = int(lengths.sum()), len(lengths)
+        lengths = self.lengths[source]
+        total, n = int(lengths.sum(dtype=np.int64)), len(lengths)
         cycle, into = divmod(mark, total)
-        perm = stream_slice(n, self.seed, source, cycle * n, n, self.shuffle, cache)
-        begins = np.cumsum(lengths[perm]) - lengths[perm]
+        begins = None if begins_of is None else begins_of.get((source, cycle))
+        if begins is None:
+            ordered = lengths[stream_slice(n, self.seed, source, cycle * n, n, self.shuffle,
+                                           cache)].astype(np.int64)
+            begins = np.cumsum(ordered) - ordered
+            if begins_of is not None:
+                begins_of[source, cycle] = begins
         first = int(np.searchsorted(begins, into, side="left"))
         tokens = cycle * total + (int(begins[first]) if first < n else total)
         return cycle * n + first, tokens
@@ -137,11 +144,12 @@ class TokenMixture:
         each span of the phases."""
         keys, spans, sources, locals_, lengths = [], [], [], [], []
         cache: dict = {}  # each permutation made once, for both ends and the slice
+        begins_of: dict[tuple[int, int], np.ndarray] = {}  # and its token counts
         amounts = np.array([span.amounts for span in epoch_spans(self.schedule, epoch,
                                                                  self.size)], dtype=np.int64)
         marks = drawn_before(self.schedule, epoch, self.size)
-        before = [self._position_at(s, m, cache) for s, m in enumerate(marks)]
-        after = [self._position_at(s, m + int(a), cache)
+        before = [self._position_at(s, m, cache, begins_of) for s, m in enumerate(marks)]
+        after = [self._position_at(s, m + int(a), cache, begins_of)
                  for s, (m, a) in enumerate(zip(marks, amounts.sum(axis=0), strict=True))]
         for s, ((lo, lo_tokens), (hi, _)) in enumerate(zip(before, after, strict=True)):
             local = stream_slice(len(self.lengths[s]), self.seed, s, lo, hi - lo, self.shuffle,
@@ -155,8 +163,12 @@ class TokenMixture:
             sources.append(np.full(len(local), s, dtype=np.int64))
             locals_.append(local)
             lengths.append(size)
-        # Span by span, each by its keys; ties: the earlier source.
-        order = np.lexsort((np.concatenate(keys), np.concatenate(spans)))
+        # Span by span, each by its keys; ties: the earlier source. Each source's keys come
+        # sorted: with one span, a stable sort merges the runs (what lexsort gives, faster).
+        if len(amounts) == 1:
+            order = np.argsort(np.concatenate(keys), kind="stable")
+        else:
+            order = np.lexsort((np.concatenate(keys), np.concatenate(spans)))
         return MixtureDocuments(np.concatenate(lengths)[order], np.concatenate(sources)[order],
                                 np.concatenate(locals_)[order],
                                 np.array([d for d, _ in before], dtype=np.int64),
@@ -171,6 +183,9 @@ def _span_keys(amount: np.ndarray, overshot: int,
     document, as a fraction of the source's amount of the span. A span the source has no
     amount of gets none of its documents."""
     ends = np.cumsum(amount)
+    if len(span_amounts) == 1:  # the epoch is the span: every document is in it
+        return np.zeros(len(amount), dtype=np.int64), \
+            (ends - amount / 2) / max(int(span_amounts[0]), 1)
     begins = ends - amount
     span = np.searchsorted(np.cumsum(span_amounts), begins + overshot, side="right")
     first = np.searchsorted(span, span, side="left")  # each one's span's first document
