@@ -54,6 +54,19 @@ class Outcome:
         return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
+def paired_ratio(ours: Outcome, base: Outcome, rate: Callable[[Record], float]) -> float | None:
+    """The median over rounds of our run's rate over the base's: each round runs the two one
+    after the other, so a few percent is measured against the run beside it, not against
+    runs the machine's speed drifted from meanwhile (on a shared virtual machine the same
+    row's runs spread by 10 % and more). None unless both ran every round."""
+    if ours.status != "ok" or base.status != "ok" or not ours.runs or \
+            len(ours.runs) != len(base.runs):
+        return None
+    ratios = sorted(rate(a) / rate(b) for a, b in zip(ours.runs, base.runs, strict=True))
+    mid = len(ratios) // 2
+    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+
+
 @dataclass(frozen=True)
 class Peer:
     """A tool (or one setting of it) as a group runs it."""

@@ -34,7 +34,7 @@ from datapipe.suite.groups.recipe_peers import (
 from datapipe.suite.isolated import clock, vision_run
 from datapipe.suite.options import Options
 from datapipe.suite.report import Entry, Panel, goal_verdict, markdown_table, ratio
-from datapipe.suite.runner import Group, GroupResult, Outcome, Peer, Record, timed
+from datapipe.suite.runner import Group, GroupResult, Outcome, Peer, Record, paired_ratio, timed
 
 # (ours, theirs, least ratio of their images/s); and the most a do-nothing function may cost.
 GOALS = (("datapipe", "torch", 2.5), ("datapipe-user", "torch", 1.3))
@@ -170,17 +170,9 @@ def goal_lines(result: GroupResult) -> list[str]:
 
 
 def paired_cost(noop: Outcome, plain: Outcome) -> float | None:
-    """The do-nothing function's cost as the median over rounds of 1 - noop / plain, each
-    round's two runs made one after the other: a few percent is measured against the run
-    beside it, not against runs the machine's speed has drifted from meanwhile (on a shared
-    virtual machine the same row's runs spread by 10 % and more)."""
-    if noop.status != "ok" or plain.status != "ok" or not noop.runs or \
-            len(noop.runs) != len(plain.runs):
-        return None
-    costs = sorted(1 - a["rate"] / b["rate"] for a, b in zip(noop.runs, plain.runs,
-                                                             strict=True))
-    mid = len(costs) // 2
-    return costs[mid] if len(costs) % 2 else (costs[mid - 1] + costs[mid]) / 2
+    """The do-nothing function's cost: 1 - the median over rounds of noop / plain."""
+    ratio = paired_ratio(noop, plain, lambda run: run["rate"])
+    return None if ratio is None else 1 - ratio
 
 
 def rows(result: GroupResult) -> list[list[str]]:
