@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 import warnings
@@ -294,11 +295,11 @@ class TokenLoader(LoaderBase):
         # A truncated document's rest is not trained on: its last target stays -100.
         carry = self.overflow is None or self.overflow.mode == "split"
         plan, is_pad = rest.rank_plan(self.rank, self.world_size)
-        if self.mixing is None:
-            return RankTokenPlan(plan, is_pad, self.lengths if carry else None)
-        # The plan numbers the epoch's documents; the workers read them by combined id.
-        return RankTokenPlan(plan, is_pad, self.mixing.epoch(epoch).lengths if carry else None,
-                             self.mixing.combined_ids(epoch))
+        if self.mixing is not None:
+            # The plan numbers the epoch's documents; the workers read them by combined id
+            # (renumbered once here, not per batch), whose lengths are self.lengths.
+            plan = dataclasses.replace(plan, doc=self.mixing.combined_ids(epoch)[plan.doc])
+        return RankTokenPlan(plan, is_pad, self.lengths if carry else None)
 
     # --- iteration -----------------------------------------------------------------------
 

@@ -26,14 +26,13 @@ class RankTokenPlan:
     plan: TokenPlan
     is_pad: np.ndarray  # per batch
     lengths: np.ndarray | None = None  # per document; None: no piece carries a target on
-    ids: np.ndarray | None = None  # a mixture's: per document of the epoch, its combined id
 
     def __len__(self) -> int:
         return len(self.plan)
 
     def batch(self, b: int) -> tuple[np.ndarray, np.ndarray]:
         doc = self.plan.batch(b)[0]
-        return doc if self.ids is None else self.ids[doc], np.full(len(doc), self.is_pad[b])
+        return doc, np.full(len(doc), self.is_pad[b])
 
     def extra(self, b: int) -> dict[str, Any]:
         doc, start, end, rows = self.plan.batch(b)
