@@ -27,6 +27,8 @@ from datapipe.text.labels import (
 
 # A mixture's key: per sequence, like `index`, the source of its document (-1 for padding).
 SOURCE = "source"
+# The padding tail's document (and source): made once, the training thread concatenates it.
+_NO_DOCUMENT = np.array([-1], dtype=np.int64)
 # Keys holding one value per token: shaped (1, T) in a packed batch with batch_dim.
 PER_TOKEN = ("input_ids", "labels", "position_ids", "shift_labels", "seq_idx", "loss_mask")
 
@@ -101,9 +103,10 @@ def _packed_sequences(ids: np.ndarray, lengths: np.ndarray, pieces: Gathered,
         real=real,
         after=np.concatenate([pieces.after, np.full(len(filler), IGNORE)]),
         starts=np.concatenate([pieces.starts, np.zeros(len(filler), np.int64)]),
-        docs=np.concatenate([pieces.docs, np.full(len(filler), -1)]),
+        docs=np.concatenate([pieces.docs, _NO_DOCUMENT]),
         mask=None if mask is None else np.concatenate([mask, np.zeros(extra, mask.dtype)]),
-        sources=None if pieces.sources is None else np.concatenate([pieces.sources, [-1]]))
+        sources=None if pieces.sources is None else np.concatenate([pieces.sources,
+                                                                    _NO_DOCUMENT]))
 
 
 def _fixed_sequences(ids: np.ndarray, lengths: np.ndarray, row_offsets: np.ndarray,
