@@ -11,6 +11,7 @@ size.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -161,24 +162,35 @@ def sources_line() -> str:
 # ---------------------------------------------------------------- the token rows (in the child)
 
 
-def epochs_of(loader: Any, epochs: int) -> Iterator[tp.Batch]:
-    """Every batch of `epochs` passes of a datapipe loader, which it closes at the end."""
+def epochs_of(loader: Any, epochs: int, ends: list[tuple[float, int]]) -> Iterator[tp.Batch]:
+    """Every batch of `epochs` passes of a datapipe loader, which it closes at the end; each
+    pass's end (perf_counter, real tokens so far) appended to `ends`."""
+    real = 0
     with loader:
         for _ in range(epochs):
-            yield from loader
+            for batch in loader:
+                real += batch["num_real_tokens"]
+                yield batch
+            ends.append((time.perf_counter(), real))
 
 
 def run_tokens(job: Job, **mixing: Any) -> Record:
     """TokenLoader, packed, over the one dataset or (with weights=) the mixture: `job.epochs`
-    epochs, clocked as the text group clocks one (from constructed to the last batch)."""
+    epochs, clocked as the text group clocks one (from constructed to the last batch); and
+    each epoch's real tokens/s (`epoch_rates`: its planning included, as it runs when its
+    pass begins)."""
     import datapipe
     import datapipe.loader  # imported before the clock starts, as for the others
 
+    ends: list[tuple[float, int]] = []
     start = time.process_time()  # the loader's work, all in this process: steadier than
     record = tp.one_epoch(lambda: epochs_of(datapipe.TokenLoader(  # seconds on a busy machine
         job.data, max_tokens=job.max_tokens, layout="packed", shuffle=True, seed=job.seed,
-        num_workers=0, **mixing), job.epochs), tp.real_and_computed)
-    return {**record, "cpu_rate": record["real_tokens"] / (time.process_time() - start)}
+        num_workers=0, **mixing), job.epochs, ends), tp.real_and_computed)
+    rates = [(b_real - a_real) / (b_t - a_t) for (a_t, a_real), (b_t, b_real)
+             in itertools.pairwise(ends)]  # from the first epoch's end: the loader was made
+    return {**record, "cpu_rate": record["real_tokens"] / (time.process_time() - start),
+            "epoch_rates": rates}
 
 
 def run_interleave(job: Job) -> Record:
