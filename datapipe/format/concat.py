@@ -22,6 +22,8 @@ from datapipe.format.shard_reader import ShardReader
 from datapipe.format.sources import RemoteLocation
 
 Locations = tuple[Path | RemoteLocation, ...]
+# A batch's key for each sample's source (its dataset's place in the list), beside `index`.
+SOURCE_FIELD = "source"
 
 
 class ConcatDataset:
@@ -127,4 +129,4 @@ def batch_ids(dataset: Dataset | ConcatDataset, indices: np.ndarray,
     if shards is None:
         shards = dataset.locate_many(indices)[0]
     source = dataset.shard_source[shards]
-    return {"index": indices - dataset.offsets[source], "source": source}
+    return {"index": indices - dataset.offsets[source], SOURCE_FIELD: source}

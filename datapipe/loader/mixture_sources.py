@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.errors import ArgumentError
+from datapipe.format.concat import SOURCE_FIELD
 from datapipe.format.manifest import Manifest
 from datapipe.format.sources import Location, resolve_location
 
-MIXTURE_FIELD = "source"  # what a mixture adds to every batch: the dataset of each sample
+MIXTURE_FIELD = SOURCE_FIELD  # what a mixture adds to every batch: the dataset of each sample
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from datapipe.format.concat import SOURCE_FIELD
 from datapipe.text.fields import FLASH_FIELDS, VARLEN_FIELDS, BatchFields
 from datapipe.text.labels import (
     IGNORE,
@@ -25,8 +26,6 @@ from datapipe.text.labels import (
     shifted_labels,
 )
 
-# A mixture's key: per sequence, like `index`, the source of its document (-1 for padding).
-SOURCE = "source"
 # The padding tail's document (and source): made once, the training thread concatenates it.
 _NO_DOCUMENT = np.array([-1], dtype=np.int64)
 # Keys holding one value per token: shaped (1, T) in a packed batch with batch_dim.
@@ -179,7 +178,7 @@ def _finish(seqs: _Sequences, options: CollateOptions, shape: tuple[int, ...]) -
                   "efficiency": real / len(seqs.ids) if len(seqs.ids) else 1.0,
                   "index": torch.from_numpy(_index(seqs))})
     if seqs.sources is not None:
-        batch[SOURCE] = torch.from_numpy(seqs.sources)
+        batch[SOURCE_FIELD] = torch.from_numpy(seqs.sources)
     return batch
 
 
@@ -243,5 +242,5 @@ def _padded(ids: np.ndarray, lengths: np.ndarray, pieces: Gathered,
                   "efficiency": real / grid.size if grid.size else 1.0,
                   "index": torch.from_numpy(pieces.docs.astype(np.int64))})
     if pieces.sources is not None:
-        batch[SOURCE] = torch.from_numpy(pieces.sources)
+        batch[SOURCE_FIELD] = torch.from_numpy(pieces.sources)
     return batch
