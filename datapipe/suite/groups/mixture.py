@@ -288,7 +288,7 @@ def notes(meta: dict[str, Any]) -> list[str]:
         "process (num_workers=0) with one torch thread, as in the text group. The goals "
         "against one dataset pair each round's two runs and compare their steady rates: for "
         "tokens the median of a run's epochs (after the first), each epoch's real tokens over "
-        "its seconds, its planning included. Another machine's work comes in bursts of a "
+        "its seconds, its planning included. Other work on a shared machine comes in bursts of a "
         "second or two that slow one run by a third; the median epoch leaves them out.",
         f"interleave: HF datasets' interleave_datasets over the text group's `datasets` copy "
         f"of the corpus, split into the same documents as the sources; a DataLoader with "
