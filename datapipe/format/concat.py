@@ -58,8 +58,7 @@ class ConcatDataset:
 
     def split(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source, index within the source) of combined ids."""
-        source = np.searchsorted(self.offsets, ids, side="right") - 1
-        return source, ids - self.offsets[source]
+        return split_ids(ids, self.offsets)
 
     def shard(self, k: int) -> ShardReader:
         dataset, local = self._shards[k]
@@ -108,6 +107,12 @@ class ConcatDataset:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def split_ids(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(source, index within the source) of combined ids (`offsets`: each source's first)."""
+    source = np.searchsorted(offsets, ids, side="right") - 1
+    return source, ids - offsets[source]
 
 
 def open_dataset(where: str | Path | RemoteLocation | Locations,

@@ -24,6 +24,7 @@ from fractions import Fraction
 import numpy as np
 
 from datapipe.errors import ArgumentError
+from datapipe.format.concat import split_ids
 from datapipe.sampling.elastic import Segment, drawn_prefix
 from datapipe.sampling.mixture_streams import even_merge, spread_counts, stream_slice
 from datapipe.sampling.mixture_weights import WeightSchedule, apportion
@@ -211,12 +212,6 @@ def drawn_in_epoch(start: MixtureRemainder, lineage: Sequence[Segment], world_si
         total += rest.drawn(segment.world_size, segment.batches_done)
         rest = rest.after(segment.world_size, segment.batches_done)
     return total + rest.drawn(world_size, batches_done)
-
-
-def split_ids(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(source, index within the source) of combined ids."""
-    source = np.searchsorted(offsets, ids, side="right") - 1
-    return source, ids - offsets[source]
 
 
 def _batches_per_rank(n: int, world_size: int, batch_size: int, drop_last: bool) -> int:
