@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from datapipe.errors import ArgumentError, DataError
-from datapipe.format.concat import ConcatDataset, open_dataset
+from datapipe.format.concat import SOURCE_FIELD, ConcatDataset, open_dataset
 from datapipe.format.dataset import Dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
@@ -127,7 +127,7 @@ class Loader(LoaderBase):
         self.pipeline = pipelines[0]
         sizes, extras = self._read_datasets(pipelines, verify, extra_columns, epoch_size)
         self._check_fields(("image", "label", "index", "is_padding",
-                            *(("source",) if self.mixture else ()), *extras))
+                            *((SOURCE_FIELD,) if self.mixture else ()), *extras))
         placed = [place_steps(p, size, self.device.type, decode)
                   for p, size in zip(pipelines, sizes, strict=True)]
         if self.num_workers:
@@ -298,8 +298,8 @@ class Loader(LoaderBase):
             "index": torch.from_numpy(np.asarray(meta["index"], dtype=np.int64)),
             "is_padding": torch.from_numpy(np.asarray(meta["is_padding"], dtype=bool)),
         }
-        if "source" in meta:
-            batch["source"] = torch.from_numpy(np.asarray(meta["source"], dtype=np.int64))
+        if SOURCE_FIELD in meta:  # int64 from the workers' batch_ids
+            batch[SOURCE_FIELD] = torch.from_numpy(meta[SOURCE_FIELD])
         add_to_batch(batch, meta["columns"])
         return batch
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from datapipe.format.concat import ConcatDataset, open_dataset
+from datapipe.format.concat import SOURCE_FIELD, ConcatDataset, open_dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
@@ -164,7 +164,7 @@ class TokenLoader(LoaderBase):
                       self.world_size))
         self._check_fields(BATCH_KEYS[layout] + COMMON_KEYS + extras
                            + tuple(sorted(self.batch_fields.optional))
-                           + (("source",) if self.mixing else ()))
+                           + ((SOURCE_FIELD,) if self.mixing else ()))
         self.num_documents = len(self.lengths)
         self._report_overflow()
         if layout == "padded" and max_tokens is not None:
@@ -325,7 +325,7 @@ class TokenLoader(LoaderBase):
             count = meta["count"]
             pieces = Gathered(np.asarray(meta["index"], dtype=np.int64),
                               np.asarray(meta["seg_starts"], dtype=np.int64), meta["after"],
-                              None if mask is None else mask[:count], meta.get("source"))
+                              None if mask is None else mask[:count], meta.get(SOURCE_FIELD))
             batch = collate(tokens[:count], np.asarray(meta["seg_lengths"], dtype=np.int64),
                             np.asarray(meta["rows"], dtype=np.int64), self.collate_options,
                             pieces)
