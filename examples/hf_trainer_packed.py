@@ -4,8 +4,10 @@ The "hf" preset gives what transformers' `DataCollatorWithFlattening(return_flas
 True, return_seq_idx=True)` gives: (1, T) `input_ids`, `position_ids` that restart at each
 document (eager and sdpa attention keep documents apart by them; flash attention reads
 `cu_seq_lens_q/k`), and `labels` in HF's convention (unshifted, -100 at each document's first
-token; the model shifts). The Trainer counts the loss targets itself, the same number as the
-batch's `num_loss_tokens`. A tiny random Llama, a few steps on the CPU:
+token; the model shifts), and `use_cache=False`, so that a model built with its config's
+default `use_cache=True` keeps the documents apart. The Trainer counts the loss targets
+itself, the same number as the batch's `num_loss_tokens`. A tiny random Llama, a few steps on
+the CPU:
 
     datapipe convert text corpus.txt tokens/ --tokenizer bytes --append-eos
     python examples/hf_trainer_packed.py tokens/ [--steps 5] [--max-tokens 1024]
@@ -39,7 +41,7 @@ def tiny_llama(vocab_size: int, max_positions: int) -> transformers.LlamaForCaus
     config = transformers.LlamaConfig(
         vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
-        use_cache=False, attn_implementation="sdpa")
+        attn_implementation="sdpa")
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config)
 

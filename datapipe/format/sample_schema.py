@@ -32,7 +32,7 @@ RESERVED = {
              # loss_mask: a supervised dataset's own column, which TokenLoader applies
              "num_loss_tokens", "shift_labels", "seq_idx", "segment_start", "cu_seq_lens_q",
              "cu_seq_lens_k", "max_length_q", "max_length_k", "cu_seq_q", "cu_seq_k", "max_q",
-             "max_k"},
+             "max_k", "use_cache"},
     "table": set(),
 }
 TYPES_HELP = ("jpeg, png, image, pixels, bytes, string, a number (int8 ... uint64, float16, "

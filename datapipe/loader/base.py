@@ -91,6 +91,7 @@ class LoaderBase:
         self.fields = tuple(fields)
 
     def __iter__(self) -> Iterator[Any]:
+        self._passes.check_process()  # a forked child: not its loader (passes.py)
         batches = wrapped_pass(self)  # `datapipe profile -- python train.py` wraps every pass
         return OneThreadIterator(batches if batches is not None else self._iterate(),
                                  self._passes.owner)
@@ -239,8 +240,19 @@ class LoaderBase:
         if start == num_batches:
             self._position.epoch_finished = True
 
+    def forget_inherited(self) -> None:
+        """In a process forked from the loader's (the fork hook in lifetime.py calls it): the
+        pass under way is cut off, and a remote dataset's prefetcher is left to the parent."""
+        self._passes.disown()
+        if self._prefetcher is not None:
+            self._prefetcher.forget_inherited()
+
     def close(self) -> None:
-        """Stop the workers and free their buffers (also done at exit if nobody calls it)."""
+        """Stop the workers and free their buffers (also done at exit if nobody calls it).
+        In a forked child it does nothing: the workers, the pass and the cache are the
+        parent's, and it goes on using them."""
+        if self._passes.foreign:
+            return
         with contextlib.suppress(ArgumentError):  # another thread is fetching: its problem
             self._passes.retire()
         if self._producer is not None:

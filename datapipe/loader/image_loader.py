@@ -341,7 +341,9 @@ class Loader(LoaderBase):
 
     def close(self) -> None:
         feed = getattr(self, "_feed", None)
-        if feed is not None:  # copies still reading batch buffers finish before they go
+        # Copies still reading batch buffers finish before they go; a forked child's copies
+        # are the parent's (and CUDA does not work in it).
+        if feed is not None and not self._passes.foreign:
             feed.close()
         super().close()
 

@@ -10,8 +10,11 @@
   fires when the forking *thread* ends) and systems without prctl.
 - At interpreter exit, live pools and producers are closed by an atexit hook that runs before
   multiprocessing's own: otherwise multiprocessing terminates and then joins daemonic workers
-  with no timeout, which hangs for good on a worker that survives the SIGTERM. A process the
-  script forks forgets the pools it inherits, so its own exit leaves the parent's workers be.
+  with no timeout, which hangs for good on a worker that survives the SIGTERM.
+- A process the script forks (`os.fork`, multiprocessing's "fork") forgets the loaders, pools
+  and prefetchers it inherits: its exit, and its `close()` of an inherited loader, leave the
+  parent's workers, buffers and prefetcher be, and its `iter()` or `next()` on one is refused
+  in one line (passes.py) instead of taking the parent's batches from its workers' queues.
 """
 
 from __future__ import annotations
@@ -131,9 +134,10 @@ def _close_all() -> None:
 
 
 def _forget_inherited() -> None:
-    """In a forked child (a worker, or any process the script forks): the parent's pools are
-    not its own. Otherwise its exit would close them, and multiprocessing's exit hook would
-    SIGTERM the parent's workers, which it finds among its inherited children."""
+    """In a forked child (a worker, or any process the script forks): the parent's loaders
+    and pools are not its own. Otherwise its exit would close them, multiprocessing's exit
+    hook would SIGTERM the parent's workers and prefetcher, which it finds among its inherited
+    children, and a pass under way would go on reading the parent's queues."""
     for thing in list(_open):
         forget = getattr(thing, "forget_inherited", None)
         if forget is not None:

@@ -8,10 +8,18 @@ that was retired, or one advanced while another thread is fetching a batch from 
 loader, raises a one-line `ArgumentError` instead of waiting forever for batches that belong
 to someone else. So does an iterator advanced by a thread other than the one that took its
 first batch (`OneThreadIterator`).
+
+A loader belongs to the process that made it: its workers' queues and the pass under way are
+that process's. A child forked from it (`os.fork`, multiprocessing's "fork") that calls
+`iter()` or `next()` on the inherited loader gets a one-line `ArgumentError`, and takes nothing
+from the parent's queues. `iter()` and a pass's start compare process ids (once per pass); a
+pass under way at the fork is cut off in the child by `disown()`, which the fork hook calls
+(lifetime.py), so the owner's batches cost no check at all.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from threading import get_ident
@@ -28,6 +36,29 @@ class PassGuard:
         self._lock = threading.Lock()  # held while a batch is being fetched
         self._current: object | None = None  # the live pass
         self._batches: Iterator[Any] | None = None  # its producing generator
+        self.owner_pid = os.getpid()
+        self._inherited: Iterator[Any] | None = None  # the parent's pass, in a forked child
+
+    @property
+    def foreign(self) -> bool:
+        """This process is not the one that made the loader (a child forked from it)."""
+        return os.getpid() != self.owner_pid
+
+    def check_process(self) -> None:
+        if self.foreign:
+            raise ArgumentError(self._foreign_message())
+
+    def _foreign_message(self) -> str:
+        return (f"{self.owner}: this loader belongs to process {self.owner_pid}, and this is "
+                f"process {os.getpid()}, forked from it; make a new loader in the child (its "
+                "workers and batches are the parent's)")
+
+    def disown(self) -> None:
+        """In a forked child, right after the fork: the pass under way answers its next batch
+        with the one-line error. The parent's generator is kept, not closed: its clean-up is
+        the parent's to run, and nothing may run it in the middle of a fork."""
+        if self._batches is not None and self._inherited is None:
+            self._inherited, self._batches = self._batches, _refusal(self._foreign_message())
 
     @property
     def active(self) -> bool:
@@ -44,6 +75,7 @@ class PassGuard:
                 self._acquire()
                 try:
                     if not started:
+                        self.check_process()
                         self._retire_current()
                         self._current, self._batches = token, make_batches()
                         started = True
@@ -72,6 +104,7 @@ class PassGuard:
 
     def _acquire(self) -> None:
         if not self._lock.acquire(blocking=False):
+            self.check_process()  # forked while another thread was fetching
             raise ArgumentError(
                 f"{self.owner}: another thread is fetching a batch from this loader right now; "
                 "a loader feeds one thread at a time (make one loader per thread, or hand its "
@@ -92,6 +125,11 @@ class PassGuard:
                 self._retire_current()
         finally:
             self._lock.release()
+
+
+def _refusal(message: str) -> Iterator[Any]:
+    raise ArgumentError(message)
+    yield  # a generator: raises at its first next()
 
 
 class OneThreadIterator:

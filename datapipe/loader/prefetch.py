@@ -49,6 +49,12 @@ class ShardPrefetcher:
         self._progress[1] = batch
         self._progress[0] = epoch
 
+    def forget_inherited(self) -> None:
+        """In a process forked from the loader's: the prefetcher is not its child, so that
+        multiprocessing's exit hook there does not SIGTERM it."""
+        getattr(mp.process, "_children", set()).discard(self._process)
+        self._process = None  # nor does a close() there stop it
+
     def close(self) -> None:
         if self._process is None:
             return
@@ -69,6 +75,10 @@ class PrefetchGroup:
     def advance(self, epoch: int, batch: int) -> None:
         for prefetcher in self.prefetchers:
             prefetcher.advance(epoch, batch)
+
+    def forget_inherited(self) -> None:
+        for prefetcher in self.prefetchers:
+            prefetcher.forget_inherited()
 
     def close(self) -> None:
         for prefetcher in self.prefetchers:

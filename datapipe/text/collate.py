@@ -173,6 +173,8 @@ def _finish(seqs: _Sequences, options: CollateOptions, shape: tuple[int, ...]) -
             batch[name] = cu_seqlens if name.startswith("cu_") else max_seqlen
     if fields.wants("segment_start"):
         batch["segment_start"] = torch.from_numpy(seqs.starts)
+    if fields.wants("use_cache"):
+        batch["use_cache"] = False  # see datapipe.text.fields
     batch.update({"num_real_tokens": real,
                   "num_loss_tokens": _loss_targets(seqs, labels, fields.labels, real),
                   "efficiency": real / len(seqs.ids) if len(seqs.ids) else 1.0,
@@ -237,6 +239,8 @@ def _padded(ids: np.ndarray, lengths: np.ndarray, pieces: Gathered,
         batch["shift_labels"] = torch.from_numpy(shifted)
     if options.fields.wants("loss_mask"):
         batch["loss_mask"] = torch.from_numpy((shifted != IGNORE).astype(np.float32))
+    if options.fields.wants("use_cache"):
+        batch["use_cache"] = False
     batch.update({"num_real_tokens": real,
                   "num_loss_tokens": int(np.count_nonzero(labels != IGNORE)),
                   "efficiency": real / grid.size if grid.size else 1.0,

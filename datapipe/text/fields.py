@@ -3,6 +3,12 @@
 A *preset* names a stack and sets the layout, the `labels` convention, the packed tensors'
 shape and the optional fields that stack reads; each of them can also be set on its own.
 Setting one that a preset fixes to another value is an error naming both, never a silent pick.
+
+`use_cache` is a constant, False: a transformers model left at its config's default
+`use_cache=True` builds a KV cache even in a training forward, and with a cache its causal mask
+no longer reads document boundaries from `position_ids` (masking_utils packs only when there
+is no cache), so a packed row's documents would attend to each other. The key turns that off
+per forward, for a model built however it is.
 """
 
 from __future__ import annotations
@@ -17,16 +23,17 @@ from datapipe.errors import ArgumentError
 FLASH_FIELDS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")  # HF's names
 VARLEN_FIELDS = ("cu_seq_q", "cu_seq_k", "max_q", "max_k")  # torch.nn.attention.varlen's
 OPTIONAL_FIELDS = ("seq_idx", *FLASH_FIELDS, *VARLEN_FIELDS, "shift_labels", "loss_mask",
-                   "segment_start")
+                   "segment_start", "use_cache")
 # Fields that describe the documents inside a row: the padded layout has one per row.
 DOCUMENT_FIELDS = ("seq_idx", *FLASH_FIELDS, *VARLEN_FIELDS, "segment_start")
 LABEL_STYLES = ("shifted", "hf")
 
 PRESETS: dict[str, dict[str, Any]] = {
     # transformers' DataCollatorWithFlattening(return_flash_attn_kwargs=True,
-    # return_seq_idx=True): (1, T) tensors, unshifted labels, the flash-attention kwargs.
+    # return_seq_idx=True): (1, T) tensors, unshifted labels, the flash-attention kwargs; and
+    # use_cache=False, without which a default-built model attends across documents.
     "hf": {"layout": "packed", "labels": "hf", "batch_dim": True,
-           "fields": ("seq_idx", *FLASH_FIELDS)},
+           "fields": ("seq_idx", *FLASH_FIELDS, "use_cache")},
     # torch.nn.attention.varlen.varlen_attn(q, k, v, cu_seq_q, cu_seq_k, max_q, max_k).
     "varlen": {"layout": "packed", "labels": "shifted", "batch_dim": False,
                "fields": VARLEN_FIELDS},

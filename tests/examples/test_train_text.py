@@ -212,8 +212,7 @@ def test_the_packed_and_padded_hf_batches_give_the_same_loss(few_documents: Path
     float64, its logits float64 alike (tests/text/test_hf_equivalence.py); transformers takes
     the loss in float32, hence float32's rounding."""
     losses, targets = {}, {}
-    for layout, shape in (("packed", {"preset": "hf"}),
-                          ("padded", {"layout": "padded", "labels": "hf"})):
+    for layout, shape in train_text.hf.SHAPES.items():
         with train_text.dp.TokenLoader(few_documents, max_tokens=4096, shuffle=False,
                                        pad_to_multiple_of=train_text.hf.PAD_MULTIPLE,
                                        **shape) as loader:

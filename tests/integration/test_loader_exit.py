@@ -28,14 +28,15 @@ import datapipe as dp
 
 kind, data, pids_file, mode = sys.argv[1:5]
 
-def children():  # every process this one started: workers, a remote dataset's prefetcher
+def children():  # every live process this one started: workers, a remote dataset's prefetcher
     found = []
     for entry in os.listdir("/proc"):
         try:
             stat = open(f"/proc/{entry}/stat").read()
         except OSError:
             continue
-        if entry.isdigit() and int(stat[stat.rindex(")") + 2:].split()[1]) == os.getpid():
+        state, ppid = stat[stat.rindex(")") + 2:].split()[:2]
+        if entry.isdigit() and int(ppid) == os.getpid() and state not in "ZX":
             found.append(int(entry))
     return found
 
@@ -61,10 +62,11 @@ if mode == "thread":  # the pool is forked by a thread that then ends
     t = threading.Thread(target=lambda: next(iter(loader)))
     t.start()
     t.join()
-if mode == "fork-child":  # a child forked by the script itself runs its exit hooks
+if mode == "fork-child":  # a child forked by the script closes the loader, runs its exit hooks
     next(iter(loader))
     child = os.fork()
     if child == 0:
+        loader.close()
         sys.exit(0)
     os.waitpid(child, 0)
     print("epoch after the child's exit:", sum(1 for _ in loader), flush=True)
@@ -212,6 +214,20 @@ def test_a_forked_child_exiting_leaves_the_parents_workers_alone(
     code, out = finish(process)
     assert code == 0 and "epoch after the child's exit: 6" in out, out
     kill_all(json.loads(pids_file.read_text())["workers"])
+
+
+def test_a_forked_child_exiting_leaves_the_parents_prefetcher_alone(
+        data: dict[str, Path], tmp_path: Path, s3_bucket: str) -> None:
+    """Neither the child's close() (which used to stop it) nor multiprocessing's exit hook in
+    the child (which used to SIGTERM it, as one of the child's own) ends the prefetcher."""
+    url = f"{s3_bucket}/ds"
+    upload_directory(data["images"], url)
+    process, pids_file = start(data, "remote", "fork-child", tmp_path, path=url)
+    code, out = finish(process)
+    pids = json.loads(pids_file.read_text())
+    kill_all(pids["children"])
+    assert code == 0 and "epoch after the child's exit: 6" in out, out
+    assert len(pids["children"]) == 3, f"two workers and the prefetcher, after the child: {pids}"
 
 
 def test_a_remote_datasets_prefetch_process_does_not_run_the_scripts_sigterm_handler(

@@ -1,6 +1,7 @@
-"""A tiny random Llama (transformers, float64, no download) fed TokenLoader's "hf" preset
-computes what it computes on each document alone, and what transformers' own padding-free
-collator gives it; two controls show what breaks the equality."""
+"""A tiny random Llama (transformers, float64, no download), built with the config's defaults
+(`use_cache=True` among them), fed TokenLoader's "hf" preset as it is, computes what it
+computes on each document alone and on padded rows, and what transformers' own padding-free
+collator gives it; controls show what breaks the equality."""
 
 from __future__ import annotations
 
@@ -31,10 +32,12 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.ndar
 
 
 def tiny_llama(attention: str) -> torch.nn.Module:
+    """Default LlamaConfig but for its sizes: use_cache is left at True, as users build it."""
     config = transformers.LlamaConfig(
         vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        use_cache=False, attn_implementation=attention)
+        attn_implementation=attention)
+    assert config.use_cache
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config).double().eval()
 
@@ -128,13 +131,51 @@ def test_loss_through_the_hf_preset_equals_the_reference(corpus, attention: str)
     assert batch["num_real_tokens"] == sum(LENGTHS)
 
 
+def padded_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+    """HF's causal-LM loss over padded rows (labels="hf"), in float64."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                             batch["labels"][:, 1:].reshape(-1),
+                                             ignore_index=-100)
+
+
+def loss_and_gradients(model: torch.nn.Module, loss_of) -> tuple[torch.Tensor, list]:
+    model.zero_grad()
+    loss = loss_of()
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("attention", ATTENTION)
+def test_a_default_built_model_in_training_gets_the_padded_loss(corpus, attention) -> None:
+    """A training forward of a model left at use_cache=True: without the batch's
+    use_cache=False it builds a cache, stops reading documents from position_ids, and its
+    loss and gradients are off (the control at the end)."""
+    path, _ = corpus
+    model = tiny_llama(attention).train()
+    packed = one_batch(path, preset="hf")
+    padded = one_batch(path, layout="padded", labels="hf")
+    reference, expected = loss_and_gradients(model, lambda: padded_loss(model, padded))
+    loss, grads = loss_and_gradients(model, lambda: hf_shifted_loss(
+        model(**model_inputs(packed)).logits, packed["labels"]))
+    torch.testing.assert_close(loss, reference, rtol=1e-12, atol=0)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    assert packed["use_cache"] is False  # a constant: the batch holds no tensor for it
+    without = {k: v for k, v in model_inputs(packed).items() if k != "use_cache"}
+    crossing, _ = loss_and_gradients(model, lambda: hf_shifted_loss(
+        model(**without).logits, packed["labels"]))
+    assert abs(crossing - reference) / reference > 1e-6, "the control: a cache crosses documents"
+
+
 def test_shifted_labels_as_hf_labels_are_shifted_twice(corpus) -> None:
     """The default labels are already shifted: passed as HF `labels` they are shifted again
     and wrong; passed as `shift_labels` they are right (what docs/text.md tells)."""
     path, documents = corpus
     model = tiny_llama("sdpa")
-    batch = one_batch(path, batch_dim=True, add_fields=("shift_labels",))
-    inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"]}
+    batch = one_batch(path, batch_dim=True, add_fields=("shift_labels", "use_cache"))
+    inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"],
+              "use_cache": batch["use_cache"]}
     with torch.no_grad():
         wrong = model(**inputs, labels=batch["labels"]).loss
         right = model(**inputs, labels=batch["labels"], shift_labels=batch["shift_labels"]).loss
@@ -170,3 +211,25 @@ def test_fields_equal_transformers_flattening_collator(corpus) -> None:
             assert ours.dtype == value.dtype and torch.equal(ours, value), key
         else:
             assert ours == value and type(ours) is type(value), key
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_flex_attention_on_cuda_gets_the_padded_loss(corpus) -> None:
+    """transformers' flex_attention builds its block mask from position_ids under the same
+    no-cache condition as eager and sdpa (float32: a cross-document loss is 1e-4 off)."""
+    path, _ = corpus
+    config = tiny_llama("flex_attention").config
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).cuda().train()
+    packed = {k: v.cuda() if isinstance(v, torch.Tensor) else v
+              for k, v in model_inputs(one_batch(path, preset="hf")).items()}
+    padded = {k: v.cuda() if isinstance(v, torch.Tensor) else v
+              for k, v in one_batch(path, layout="padded", labels="hf").items()}
+    with torch.no_grad():
+        reference = padded_loss(model, padded)
+        loss = hf_shifted_loss(model(**packed).logits, packed["labels"])
+        crossing = hf_shifted_loss(model(**{k: v for k, v in packed.items()
+                                            if k != "use_cache"}).logits, packed["labels"])
+    torch.testing.assert_close(loss, reference, rtol=1e-5, atol=0)
+    assert abs(crossing - reference) / reference > 5e-5

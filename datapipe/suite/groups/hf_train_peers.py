@@ -5,10 +5,11 @@ and timed step by step: the measured run of the gpu suite's hf_train group and o
 Packed batches come through preset="hf" (HF padding-free: (1, T) `input_ids`, `position_ids`
 that restart at each document, `cu_seq_lens_q/k` and `max_length_q/k` for flash attention),
 padded ones through layout="padded" with `attention_mask`; both with HF's `labels` (unshifted,
-the model shifts). One run is one model, one attention implementation (HF's
-`attn_implementation`) and one layout; it reports loss-target tokens/s (the targets that count,
-`num_loss_tokens`), step time p50/p90 (each step ends waiting for the GPU), peak GPU memory and
-the losses. On CUDA the weights are bfloat16; on the CPU float32.
+the model shifts) and `use_cache=False` (the model keeps its config's default, True: the batch
+turns the cache off, as docs/text.md tells users). One run is one model, one attention
+implementation (HF's `attn_implementation`) and one layout; it reports loss-target tokens/s
+(the targets that count, `num_loss_tokens`), step time p50/p90 (each step ends waiting for the
+GPU), peak GPU memory and the losses. On CUDA the weights are bfloat16; on the CPU float32.
 """
 
 from __future__ import annotations
@@ -30,10 +31,15 @@ ATTENTIONS = ("flash_attention_2", "sdpa", "flex_attention", "eager")
 LAYOUTS = ("packed", "padded")
 PAD_MULTIPLE = 64  # both layouts: fewer distinct shapes (flex_attention compiles per shape)
 # What the model is given of each layout's batch: the rest is bookkeeping (or seq_idx, which a
-# Llama does not read).
+# Llama does not read). use_cache=False comes with the batch: the model keeps its config's
+# default (True), as a user's would.
 MODEL_INPUTS = {"packed": ("input_ids", "position_ids", "labels", "cu_seq_lens_q",
-                           "cu_seq_lens_k", "max_length_q", "max_length_k"),
-                "padded": ("input_ids", "attention_mask", "labels")}
+                           "cu_seq_lens_k", "max_length_q", "max_length_k", "use_cache"),
+                "padded": ("input_ids", "attention_mask", "labels", "use_cache")}
+# The TokenLoader settings of each layout's batches.
+SHAPES: dict[str, dict[str, Any]] = {
+    "packed": {"preset": "hf"},
+    "padded": {"layout": "padded", "labels": "hf", "add_fields": ("use_cache",)}}
 FLEX_TORCH = (2, 5)
 
 
@@ -125,7 +131,7 @@ def build_model(size: str, vocab: int, max_positions: int, attn: str, device: st
         vocab_size=max(vocab, shape.min_vocab), hidden_size=shape.hidden,
         intermediate_size=shape.intermediate, num_hidden_layers=shape.layers,
         num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-        max_position_embeddings=max_positions, use_cache=False, attn_implementation=attn)
+        max_position_embeddings=max_positions, attn_implementation=attn)
     torch.manual_seed(seed)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     return transformers.LlamaForCausalLM(config).to(device=device, dtype=dtype)
@@ -140,9 +146,9 @@ def make_loader(job: TrainJob) -> Any:
     import datapipe as dp
 
     cap = {"max_seq_len": job.max_seq_len, "overflow": "truncate"} if job.max_seq_len else {}
-    shape = {"preset": "hf"} if job.layout == "packed" else {"layout": "padded", "labels": "hf"}
     return dp.TokenLoader(job.tokens, max_tokens=job.max_tokens, seed=job.seed,
-                          pad_to_multiple_of=PAD_MULTIPLE, device=job.device, **shape, **cap)
+                          pad_to_multiple_of=PAD_MULTIPLE, device=job.device,
+                          **SHAPES[job.layout], **cap)
 
 
 def model_inputs(batch: dict[str, Any], layout: str) -> dict[str, Any]:
