@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli_process
+from tests.imagegen import make_image_folder
 
 
 def test_inspect_images_shows_label_histogram(cli, image_folder: Path, tmp_path: Path) -> None:
@@ -145,3 +147,17 @@ def test_bench_on_an_empty_dataset_says_it_is_empty(cli, image_folder: Path,
     result = cli("bench", empty, "--workers", "1", "--crop", "32")
     assert result.code == 1 and result.out == ""
     assert result.err == f"datapipe: error: {empty}: the dataset is empty, 0 samples\n"
+
+
+def test_counts_read_as_one_or_many(cli, image_folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    converted = cli("convert", "images", image_folder, out)
+    assert "converted 15 images of 15 inputs (0 rejected, 0 %) into 1 shard (" in converted.out
+    assert "in 1 arrow v1 shard, " in cli("inspect", out).out
+    assert cli("verify", out).out.endswith(": the 1 shard intact (15 samples)\n")
+    one = tmp_path / "one"
+    make_image_folder(one, classes=1, per_class=1)
+    assert "converted 1 image of 1 input (0 rejected" in cli("convert", "images", one,
+                                                              tmp_path / "o").out
+    many = cli("convert", "images", image_folder, tmp_path / "many", "--shard-size", "1KB")
+    assert re.search(r"into \d+ shards \(", many.out), many.out
