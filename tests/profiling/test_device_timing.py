@@ -161,7 +161,8 @@ def test_oracle_agrees_with_device_starvation() -> None:
     assert oracle["agrees"] and "agrees with the measured" in oracle["text"]
     lines = prof.report().splitlines()
     assert lines[0].startswith("datapipe profile: highly input-bound")
-    assert lines[1].strip().startswith("oracle: steps run 3")
+    assert lines[1].strip().startswith("next: ")
+    assert lines[2].strip().startswith("oracle: steps run 3")
 
 
 def test_page_and_trace_show_steady_state_and_a_gpu_lane(tmp_path: Path) -> None:
