@@ -29,7 +29,8 @@ CONVERTER_USERS = ("datapipe.cli", "datapipe.suite")
 # converters sit right above the format they write: datapipe.format and the base modules are
 # all they use.
 LAYERS = (
-    ("base", ("datapipe.errors", "datapipe.sizes", "datapipe.system", "datapipe.pass_hooks")),
+    ("base", ("datapipe.errors", "datapipe.sizes", "datapipe.system", "datapipe.pass_hooks",
+              "datapipe.wording")),
     ("format", ("datapipe.format.*",)),
     ("converters", ("preprocess.*",)),
     ("sampling", ("datapipe.sampling.*",)),

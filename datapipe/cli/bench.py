@@ -15,6 +15,7 @@ import click
 
 from datapipe.cli.common import CONTEXT, cache_options
 from datapipe.errors import ArgumentError
+from datapipe.wording import plural
 
 SUITES = ("images", "text", "convert", "gpu", "mixture", "all")
 
@@ -31,11 +32,13 @@ SUITES = ("images", "text", "convert", "gpu", "mixture", "all")
               help="RandomResizedCrop size (with a random horizontal flip).")
 @click.option("--epochs", default=2, show_default=True, type=click.IntRange(min=1))
 @click.option("--batches", default=0, type=click.IntRange(min=0),
-              help="Time this many batches (after the first), over as many epochs as that "
-              "takes, instead of whole --epochs: a quick figure on a large dataset.")
+              help="Time this many batches (after one a worker), over as many epochs as that "
+              "takes, instead of whole --epochs: a quick figure on a large dataset (at least "
+              "20 batches and 2 s are timed).")
 @click.option("--ceiling", is_flag=True,
-              help="Also measure plain decode of every stored image on all workers (with "
-              "--batches, of as many as the loader delivered).")
+              help="Also measure the ceiling: the loader's own decode of the same crops on as "
+              "many processes, with no batches or hand-off, over the images the loader went "
+              "through.")
 @click.option("--verify", type=click.Choice(["cheap", "open"]), default="cheap",
               show_default=True, help="The loader's checks: 'open' also hashes every shard "
               "against the manifest at start-up (counted in the first batch's time).")
@@ -44,8 +47,9 @@ def bench_dataset(dataset: str, batch_size: int, workers: int, decode: str, devi
                   crop: int, epochs: int, batches: int, ceiling: bool, verify: str,
                   cache_dir: str | None, cache_size: str | None) -> None:
     """Measure the loader's samples/s on DATASET (a folder or a URL such as
-    s3://bucket/prefix), the clock started after the first batch."""
-    from datapipe.bench import bench_loader, ceiling_decoder, decode_ceiling
+    s3://bucket/prefix), the clock started once each worker has delivered a batch; past
+    --epochs or --batches it runs on until at least 20 batches and 2 s are timed."""
+    from datapipe.bench import MIN_TIMED_BATCHES, MIN_TIMED_SECONDS, bench_loader
     from datapipe.format.sources import resolve_location
     from datapipe.system import available_cores
 
@@ -54,21 +58,46 @@ def bench_dataset(dataset: str, batch_size: int, workers: int, decode: str, devi
     result = bench_loader(location, batch_size=batch_size, num_workers=workers, decode=decode,
                           crop=crop, epochs=epochs, batches=batches, verify=verify,
                           device=device)
-    if result.batches == 0:  # the clock starts after the first batch
-        raise ArgumentError(f"{location}: {epochs} epoch(s) of batch {batch_size} make at "
-                            "most one batch, and the clock starts after the first; give more "
-                            "--epochs or a smaller --batch-size")
-    click.echo(f"{result.samples_per_second:,.0f} samples/s ({result.samples:,} samples in "
-               f"{result.batches} batches, {result.seconds:.2f} s; first batch after "
-               f"{result.first_batch_seconds:.2f} s) with decode={decode}, device={device}, "
-               f"{workers} workers, batch {batch_size}, RandomResizedCrop({crop}) + flip, "
-               f"verify={verify}")
+    if result.batches == 0:  # epochs that deliver nothing: the run stopped
+        raise ArgumentError(f"{location}: the loader delivered no batch to time")
+    untimed = plural(result.warmup_batches, "batch", "batches")
+    click.echo(f"{result.samples_per_second:,.0f} samples/s ({plural(result.samples, 'sample')} "
+               f"in {plural(result.batches, 'batch', 'batches')}, {result.seconds:.2f} s, over "
+               f"{plural(result.epochs, 'epoch')}; first batch after "
+               f"{result.first_batch_seconds:.2f} s, the first {untimed} (one a worker) "
+               f"untimed) with decode={decode}, device={device}, {plural(workers, 'worker')}, "
+               f"batch {batch_size}, RandomResizedCrop({crop}) + flip, verify={verify}")
+    if result.asked:
+        asked = plural(batches, "batch", "batches") if batches else plural(epochs, "epoch")
+        timed, seconds = result.asked
+        click.echo(f"  the {asked} asked for timed {plural(timed, 'batch', 'batches')} in "
+                   f"{seconds:.2f} s, too little for a steady figure: the loader ran on to time "
+                   f"at least {MIN_TIMED_BATCHES} batches and {MIN_TIMED_SECONDS:g} s")
     if ceiling:
-        # With --batches, the ceiling decodes as many images as the loader delivered.
-        top = decode_ceiling(location, workers, limit=(batches + 1) * batch_size or None)
-        click.echo(f"decode-only ceiling: {top:,.0f} images/s on {workers} processes "
-                   f"(full decode, {ceiling_decoder()}); loader at "
-                   f"{result.samples_per_second / top:.2f} of it")
+        _echo_ceiling(location, workers, crop, result, batch_size, decode)
+
+
+def _echo_ceiling(location: str, workers: int, crop: int, result: Any, batch_size: int,
+                  decode: str) -> None:
+    """The decode ceiling of the same work, over the images the loader went through (its
+    first batch's included)."""
+    from datapipe.bench import ceiling_decoder, crop_ceiling
+
+    top = crop_ceiling(location, workers, crop,
+                       limit=result.samples + result.warmup_batches * batch_size)
+    ratio = result.samples_per_second / top.images_per_second
+    # The ceiling does part of the loader's work: the loader above it is timing noise.
+    level = ("; above a ceiling that does less work than the loader, so timing noise (other "
+             "work on the machine during one of the two runs): run again on a quiet machine"
+             if ratio > 1 else "")
+    if decode != "cpu":  # another decoder: the CPU's ceiling bounds decode="cpu" only
+        level = f" (decode={decode} does not decode on these processes: the ceiling bounds " \
+                "decode=cpu)"
+    click.echo(f"decode ceiling: {top.images_per_second:,.0f} images/s "
+               f"({plural(top.images, 'image')} in {top.seconds:.2f} s on "
+               f"{plural(workers, 'process', 'processes')}: the loader's own "
+               f"RandomResizedCrop({crop}) + flip decode with {ceiling_decoder()}, no batches "
+               f"or hand-off); loader at {ratio:.2f} of it{level}")
 
 
 @click.command("bench", context_settings=CONTEXT,

@@ -18,6 +18,7 @@ from datapipe.cli.convert_options import (
     source_options,
 )
 from datapipe.sizes import format_size
+from datapipe.wording import plural
 
 
 @click.group(context_settings=CONTEXT)
@@ -108,7 +109,7 @@ def convert_images_cmd(sources: tuple[str, ...], src_kind: str, image_field: str
         finally:
             progress.close()
     rate = result.inputs - _resumed_inputs(result)
-    _report(result, "images", f"{rate / max(result.seconds, 1e-9):,.0f} images/s")
+    _report(result, "image", f"{rate / max(result.seconds, 1e-9):,.0f} images/s")
 
 
 @convert.command("text", context_settings=CONTEXT)
@@ -152,7 +153,7 @@ def convert_text_cmd(sources: tuple[str, ...], tokenizer: str, field: str, doc_p
         finally:
             progress.close()
     tokens = result.extra["tokens_this_run"]
-    _report(result, "documents", f"{tokens:,} tokens, "
+    _report(result, "document", f"{plural(tokens, 'token')}, "
             f"{tokens / max(result.seconds, 1e-9):,.0f} tokens/s")
 
 
@@ -166,9 +167,10 @@ def _report(result: Any, noun: str, rate: str) -> None:
     m, rejected = result.manifest, len(result.rejects)
     resumed = f", {result.resumed_shards} kept from the interrupted run" if \
         result.resumed_shards else ""
-    click.echo(f"converted {m.num_samples:,} {noun} of {result.inputs:,} inputs ({rejected:,} "
-               f"rejected, {reject_share(rejected, result.inputs)}) into {len(m.shards)} shards "
+    click.echo(f"converted {plural(m.num_samples, noun)} of {plural(result.inputs, 'input')} "
+               f"({rejected:,} rejected, {reject_share(rejected, result.inputs)}) into "
+               f"{plural(len(m.shards), 'shard')} "
                f"({format_size(m.total_bytes)}) in {result.seconds:.1f} s, {rate}{resumed}")
     if result.rejects:
-        click.echo(f"rejected {len(result.rejects):,} inputs, listed with reasons in "
+        click.echo(f"rejected {plural(len(result.rejects), 'input')}, listed with reasons in "
                    f"{join(result.out, 'rejects.jsonl')}")

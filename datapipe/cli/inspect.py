@@ -8,6 +8,7 @@ import click
 
 from datapipe.cli.common import CONTEXT, cache_options
 from datapipe.sizes import format_size
+from datapipe.wording import plural
 
 BARS_SHOWN = 50
 
@@ -28,9 +29,11 @@ def inspect_cmd(dataset: str, as_json: bool, cache_dir: str | None,
     if as_json:
         click.echo(json.dumps(summary, indent=1))
         return
-    click.echo(f"{summary['path']}: {summary['kind']} dataset, {summary['samples']:,} samples in "
-               f"{summary['shards']} {summary['format']} shards, "
-               f"{format_size(summary['bytes'])}; {summary['rejected']} inputs rejected")
+    click.echo(f"{summary['path']}: {summary['kind']} dataset, "
+               f"{plural(summary['samples'], 'sample')} in "
+               f"{plural(summary['shards'], summary['format'] + ' shard')}, "
+               f"{format_size(summary['bytes'])}; {plural(summary['rejected'], 'input')} "
+               "rejected")
     click.echo("columns: " + ", ".join(f"{k} ({v})" for k, v in summary["columns"].items()))
     if "tokenizer" in summary:
         t = summary["tokenizer"]

@@ -7,6 +7,7 @@ import sys
 import click
 
 from datapipe.cli.common import CONTEXT, join
+from datapipe.wording import plural
 
 
 @click.command("verify", context_settings=CONTEXT)
@@ -26,9 +27,11 @@ def verify_cmd(dataset: str) -> None:
         click.echo(f"{join(location, problem.name)}: {problem.problem}", err=True)
     if problems:
         bad = sum(p.name != MANIFEST_NAME for p in problems)
-        click.echo(f"{location}: {bad} of {len(manifest.shards)} shards are corrupt, missing or "
-                   "disagree with the manifest" + ("; so does the manifest itself" if
-                                                   bad < len(problems) else ""), err=True)
+        are, disagree = ("is", "disagrees") if bad == 1 else ("are", "disagree")
+        click.echo(f"{location}: {bad} of {plural(len(manifest.shards), 'shard')} {are} "
+                   f"corrupt, missing or {disagree} with the manifest" +
+                   ("; so does the manifest itself" if bad < len(problems) else ""), err=True)
         sys.exit(1)
-    click.echo(f"{location}: all {len(manifest.shards)} shards intact "
-               f"({manifest.num_samples:,} samples)")
+    every = "the" if len(manifest.shards) == 1 else "all"
+    click.echo(f"{location}: {every} {plural(len(manifest.shards), 'shard')} intact "
+               f"({plural(manifest.num_samples, 'sample')})")

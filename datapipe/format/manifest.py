@@ -17,6 +17,7 @@ from datapipe.format.hashing import HASH_ALGORITHM, is_hash
 from datapipe.format.names import check_file_name
 from datapipe.format.schema import Column
 from datapipe.format.shard_formats import FORMAT_NAMES
+from datapipe.wording import plural
 
 FORMAT_NAME = "datapipe-shards"
 FORMAT_VERSION = 1
@@ -122,7 +123,7 @@ class Manifest:
         if not path.is_file():
             parts = [p for p in Path(directory).iterdir() if p.name.startswith(PART_RECORD_PREFIX)]
             if parts:
-                raise DataError(f"{directory}: holds {len(parts)} finished part(s) of a "
+                raise DataError(f"{directory}: holds {plural(len(parts), 'finished part')} of a "
                                 "parallel write and no manifest yet; join them with "
                                 f"datapipe.merge_parts({str(directory)!r})")
             raise DataError(f"{path}: missing; is this a finished datapipe dataset?")

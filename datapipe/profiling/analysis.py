@@ -7,6 +7,7 @@ start-up, lazy initialisation) is reported apart and counts in neither.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from datapipe.profiling.blame import critical_path, top_stage, worker_parallelis
 from datapipe.profiling.recording import Recording, StepRecord
 from datapipe.profiling.settings import ProfileSettings
 from datapipe.profiling.verdict import oracle_agreement, verdict
+from datapipe.system import available_cores
 
 
 @dataclass
@@ -68,6 +70,8 @@ def analyse(rec: Recording, settings: ProfileSettings) -> dict[str, Any]:
         "source": rec.source, "steps": len(normal), "measured_steps": len(m.steps),
         "notes": list(rec.notes), "incomplete": rec.incomplete, "sources": rec.sources,
         "timing": m.source, "device_clock": rec.device_clock,
+        "num_workers": rec.num_workers, "cores": _cores_per_rank(),
+        "command": settings.command,
         "step_seconds": _stats(host_seconds), "wait_seconds": _stats(host_waits),
         "exposed_input_fraction": exposed,
         "exposed_input_fraction_per_step": _stats(
@@ -80,13 +84,20 @@ def analyse(rec: Recording, settings: ProfileSettings) -> dict[str, Any]:
         if first and rec.loader_started else None,
         "stages": _stage_summary([reports[r.index] for r in normal]),
         "critical_path": path, "blame": top_stage(path),
-        "queue": _queue([reports[r.index] for r in normal]),
+        "queue": _queue([reports[r.index] for r in steady]),
         "gpu_utilization": _stats(rec.gpu_utilization) if rec.gpu_utilization else None,
         "timeline": _timeline(rec, reports, first), "workers": _worker_spans(rec, reports),
     }
     result["probes"] = _probes(rec.steps, m, exposed, settings)
     result["verdict"] = verdict(result, settings)
     return result
+
+
+def _cores_per_rank() -> int:
+    """The cores this process's loader may take: the machine's share of one rank, where
+    torchrun runs several on it."""
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return max(1, available_cores() // (int(local) if local.isdigit() and int(local) else 1))
 
 
 def _first_step(first: StepRecord | None) -> dict[str, Any] | None:

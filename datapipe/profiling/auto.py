@@ -24,15 +24,16 @@ from datapipe.profiling.settings import ProfileSettings
 ENV_PREFIX = "DATAPIPE_PROFILE"
 ENV_SCALING = "DATAPIPE_PROFILE_SCALING_TEST"
 ENV_ORACLE = "DATAPIPE_PROFILE_ORACLE"
+ENV_COMMAND = "DATAPIPE_PROFILE_COMMAND"  # the command line, for advice that repeats it
 
 _profiler: Profiler | None = None
 
 
-def outputs(prefix: str | Path, *, scaling_test: bool = False,
-            oracle: bool = False) -> ProfileSettings:
+def outputs(prefix: str | Path, *, scaling_test: bool = False, oracle: bool = False,
+            command: str | None = None) -> ProfileSettings:
     return ProfileSettings(report=Path(f"{prefix}.json"), trace=Path(f"{prefix}.trace.json"),
                            html=Path(f"{prefix}.html"), scaling_test=scaling_test,
-                           oracle=oracle)
+                           oracle=oracle, command=command)
 
 
 def text_path(prefix: str | Path) -> Path:
@@ -78,7 +79,8 @@ def auto_profiler() -> Profiler | None:
     if _profiler is None:
         prefix = rank_prefix(prefix)
         _profiler = Profiler(outputs(prefix, scaling_test=os.environ.get(ENV_SCALING) == "1",
-                                     oracle=os.environ.get(ENV_ORACLE) == "1"))
+                                     oracle=os.environ.get(ENV_ORACLE) == "1",
+                                     command=os.environ.get(ENV_COMMAND) or None))
         atexit.register(_write, text_path(prefix))
         _import_outputs()
     return _profiler

@@ -9,6 +9,7 @@ its verdict withdrawn.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from datapipe.errors import ArgumentError
 from datapipe.profiling.auto import (
+    ENV_COMMAND,
     ENV_ORACLE,
     ENV_PREFIX,
     ENV_SCALING,
@@ -52,7 +54,8 @@ def profile_command(command: Sequence[str], prefix: str | Path, *, scaling_test:
     _clear(prefix, target)
     code = _run(command, {**os.environ, ENV_PREFIX: str(target),
                           ENV_SCALING: "1" if scaling_test else "0",
-                          ENV_ORACLE: "1" if oracle or scaling_test else "0"})
+                          ENV_ORACLE: "1" if oracle or scaling_test else "0",
+                          ENV_COMMAND: shlex.join(command)})
     failure = exit_reason(code)
     report = withdraw_verdict(settings, text, failure) if failure else \
         text.read_text().rstrip() if text.is_file() else None

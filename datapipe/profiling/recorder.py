@@ -62,6 +62,9 @@ class Profiler:
                 self._take_progress(iterable)
                 producer = getattr(iterable, "_producer", None)
                 started = getattr(producer, "started_at", None)
+                workers = getattr(producer, "num_workers", None)
+                if isinstance(workers, int):
+                    self.recording.num_workers = workers
                 self.recording.loader_started = self.recording.loader_started or started
 
     def _take_progress(self, loader: Any) -> None:

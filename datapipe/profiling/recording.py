@@ -26,6 +26,7 @@ class Recording:
 
     steps: list[StepRecord] = field(default_factory=list)
     source: str = ""
+    num_workers: int | None = None  # the loader's worker processes, where it says
     started: float = 0.0
     stopped: float = 0.0
     loader_started: float | None = None

@@ -21,6 +21,7 @@ class ProfileSettings:
     probe_steps: int = 5            # steps per probe
     overhead_growth: float = 1.5    # step time growing less than this at 2x work = overhead
     oracle_tolerance: float = 0.03  # the oracle agrees within 3 points (or 20% of the figure)
+    command: str | None = None      # the command `datapipe profile` ran: the advice names it
 
     def __post_init__(self) -> None:
         if not 0 <= self.moderately_input_bound <= self.highly_input_bound <= 1:

@@ -47,7 +47,7 @@ def test_parts_written_by_processes_merge_into_one_dataset_without_moving_a_byte
     assert len(shards) >= 6 and all(p.name.startswith("shard-part0000") for p in shards)
     inodes = {p.name: p.stat().st_ino for p in shards}
     # Not a dataset until merged, and the reader says how to make it one.
-    with pytest.raises(DataError, match=r"holds 3 finished part\(s\) of a parallel write .*"
+    with pytest.raises(DataError, match=r"holds 3 finished parts of a parallel write .*"
                                         r"datapipe\.merge_parts\("):
         dp.Dataset(out)
     manifest = dp.merge_parts(out)

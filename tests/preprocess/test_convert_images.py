@@ -102,7 +102,7 @@ def test_jsonl_manifest_and_missing_file_is_rejected(cli, tmp_path: Path) -> Non
     records.append({"path": "imgs/nowhere.jpg", "label": 4})
     (tmp_path / "list.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     result = cli("convert", "images", tmp_path / "list.jsonl", tmp_path / "out")
-    assert result.code == 0 and "rejected 1 inputs" in result.out
+    assert result.code == 0 and "rejected 1 input, listed with reasons in " in result.out
     reject = json.loads((tmp_path / "out/rejects.jsonl").read_text())
     assert reject["source"] == "imgs/nowhere.jpg" and "unreadable" in reject["reason"]
 

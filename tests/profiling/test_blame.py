@@ -35,7 +35,8 @@ def test_batches_waiting_in_the_queue_blame_the_main_process_stage() -> None:
     result = _run(loader, 0.010)
     verdict = result["verdict"]
     assert verdict["regime"] == "input-bound" and verdict["stage"] == "pin", verdict["text"]
-    assert "main process handing batches over is to blame: pin" in verdict["text"]
+    assert "the training process, not the workers, is to blame: copying batches into pinned " \
+        "memory" in verdict["text"]
     assert "decode" not in verdict["text"]
     assert result["blame"]["side"] == "main" and result["blame"]["share"] > 0.7
     assert result["critical_path"]["by_request"] == {"ready": 1.0}

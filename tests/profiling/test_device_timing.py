@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -161,7 +162,8 @@ def test_oracle_agrees_with_device_starvation() -> None:
     assert oracle["agrees"] and "agrees with the measured" in oracle["text"]
     lines = prof.report().splitlines()
     assert lines[0].startswith("datapipe profile: highly input-bound")
-    assert lines[1].strip().startswith("oracle: steps run 3")
+    assert lines[1].strip().startswith("next: ")
+    assert lines[2].strip().startswith("oracle: steps run 3")
 
 
 def test_page_and_trace_show_steady_state_and_a_gpu_lane(tmp_path: Path) -> None:
@@ -178,9 +180,14 @@ def test_page_and_trace_show_steady_state_and_a_gpu_lane(tmp_path: Path) -> None
             prof.step()
     page = (tmp_path / "p.html").read_text()
     top = max(s["seconds"] for s in prof.results()["timeline"][1:])
-    assert f">{top * 1000:.0f} ms</text>" in page  # the y-scale is the steady steps'
-    assert "first step: 3" in page and "off scale" in page
-    assert "on the GPU:" in page  # the GPU lane
+    step_chart = page.split("<svg")[1]
+    assert "step time (ms)" in step_chart
+    ticks = [float(t) for t in re.findall(r'class="y-tick">([0-9.]+)</text>', step_chart)]
+    assert top * 1000 <= max(ticks) < 2 * top * 1000  # the steady steps set the scale
+    assert "step 0, the start-up (3" in page  # left out of the chart, and said so
+    measured = prof.results()["measured_steps"]
+    assert measured == 9 and page.count('class="gpu"') == measured  # a GPU bar per step
+    assert "GPU idle for data (%)" in page
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     gpu = [e for e in events if e.get("tid") == 2 and e["ph"] == "X"]
     assert {e["name"] for e in gpu} >= {"GPU idle for data", "GPU step 5"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import sys
 import time
@@ -54,9 +55,14 @@ def test_slow_decode_stage_is_input_bound_and_named(shards: Path, monkeypatch) -
         result = _run(loader, lambda b: _busy(0.002))
     verdict = result["verdict"]
     assert verdict["regime"] == "input-bound" and verdict["severity"] == "highly"
-    assert verdict["stage"] == "decode" and "decode" in verdict["text"]
+    assert verdict["stage"] == "decode" and "decoding images" in verdict["text"]
     assert result["exposed_input_fraction"] > 0.5
     assert result["queue"]["empty_fraction"] > 0.5
+    # The one thing to try first: the cores the one worker left idle, else the GPU decoder.
+    cores = result["cores"]
+    assert result["num_workers"] == 1 and cores >= 1
+    assert verdict["next"].startswith(f"`num_workers={cores}` (the loader ran 1 worker, " if
+                                      cores > 1 else '`decode="dali", device="cuda"`')
 
 
 def test_slow_step_with_a_fast_loader_is_compute_bound(shards: Path) -> None:
@@ -66,6 +72,10 @@ def test_slow_step_with_a_fast_loader_is_compute_bound(shards: Path) -> None:
     assert result["verdict"]["regime"] == "compute-bound", result["verdict"]["text"]
     assert result["exposed_input_fraction"] < 0.15
     assert result["first_step"] is not None and result["steps"] == 12
+    # No scaling test ran: the verdict says how to run it (once as the next thing to do).
+    how = "`datapipe profile --scaling-test -- python train.py`, or " \
+          "`dp.profile(scaling_test=True)` in the script"
+    assert result["verdict"]["next"] == how and how in result["verdict"]["text"]
 
 
 def test_step_that_ignores_batch_size_is_overhead_bound(shards: Path) -> None:
@@ -119,7 +129,8 @@ def test_outputs_json_trace_and_page(shards: Path, tmp_path: Path) -> None:
     names = {e["name"] for e in events}
     assert any(n.startswith("build batch") for n in names) and "ready batches" in names
     page = (tmp_path / "p.html").read_text()
-    assert "<svg" in page and result["verdict"]["text"].split(":")[0] in page
+    head, _, rest = result["verdict"]["text"].partition(": ")
+    assert "<svg" in page and head.capitalize() in page and html.escape(rest) in page
     assert "oracle_step_seconds" in saved["probes"]
 
 
