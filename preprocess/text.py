@@ -97,10 +97,16 @@ def tokenize_batch(work: TokenWork, batch: list[Document]) -> TokenBatch:
 
 
 def _encode_texts(tokenizer: TextTokenizer, documents: list[Any]) -> list[Encoded]:
-    """Plain documents: a text, or a BadDocument (a reject); an empty text is a reject too."""
+    """Plain documents: a text, or a BadDocument (a reject); an empty text is a reject too,
+    and so is one too long to tokenize (the tokenizer says why)."""
     encoded = tokenizer.encode_batch([d if isinstance(d, str) else "" for d in documents])
-    return [d.reason if isinstance(d, BadDocument) else (ids, None) if d.strip() else None
+    return [d.reason if isinstance(d, BadDocument) else None if _blank(d)
+            else ids if isinstance(ids, str) else (ids, None)
             for d, ids in zip(documents, encoded, strict=True)]
+
+
+def _blank(text: str) -> bool:
+    return not text or text.isspace()  # as `not text.strip()`, without copying a long text
 
 
 def _gather(work: TokenWork, batch: list[Document], encoded: list[Encoded]) -> TokenBatch:
@@ -123,8 +129,8 @@ def _gather(work: TokenWork, batch: list[Document], encoded: list[Encoded]) -> T
         result.kept.append(position)
         result.lengths.append(len(ids) + (eos is not None))
         result.sizes.append(result.lengths[-1] * row_itemsize + SCALAR_NBYTES)
-    if pieces:
-        result.ids = np.concatenate(pieces)
+    if pieces:  # one document's ids as they are: a long one's may be hundreds of MB
+        result.ids = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
     if with_mask:
         result.mask = np.concatenate(masks) if masks else np.empty(0, np.uint8)
     return result
