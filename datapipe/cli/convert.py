@@ -109,6 +109,7 @@ def convert_images_cmd(sources: tuple[str, ...], src_kind: str, image_field: str
             progress.close()
     rate = result.inputs - _resumed_inputs(result)
     _report(result, "images", f"{rate / max(result.seconds, 1e-9):,.0f} images/s")
+    _report_linked_folders(result.rejects)
 
 
 @convert.command("text", context_settings=CONTEXT)
@@ -154,6 +155,19 @@ def convert_text_cmd(sources: tuple[str, ...], tokenizer: str, field: str, doc_p
     tokens = result.extra["tokens_this_run"]
     _report(result, "documents", f"{tokens:,} tokens, "
             f"{tokens / max(result.seconds, 1e-9):,.0f} tokens/s")
+
+
+def _report_linked_folders(rejects: list[dict[str, Any]]) -> None:
+    """Say that links to folders SRC holds by their real paths were skipped: without them,
+    their images would have taken the link's class."""
+    from preprocess.image_folder import LINKED_FOLDER
+
+    linked = [r for r in rejects if r["reason"].endswith(LINKED_FOLDER)]
+    if linked:
+        first = linked[0]["reason"].removeprefix("a link to ").removesuffix(f", {LINKED_FOLDER}")
+        click.echo(f"skipped {len(linked):,} link{'s' * (len(linked) > 1)} to folders SRC holds "
+                   f"by their real paths (first: {linked[0]['source']} -> {first}); each is "
+                   "walked there, under its own class")
 
 
 def _resumed_inputs(result: Any) -> int:
