@@ -15,6 +15,7 @@ import numpy as np
 from datapipe.errors import ArgumentError
 from datapipe.format.hashing import hash_bytes
 from datapipe.format.schema import Column, token_type_for_vocab
+from datapipe.format.shard_formats import open_shard
 from datapipe.format.writer import SCALAR_NBYTES
 from datapipe.system import available_cores
 from preprocess.chat_template import ChatEncoder
@@ -168,6 +169,7 @@ def convert_text(sources: list[Path], options: OutputOptions, tokenizer_spec: st
     output = OutputDirectory(options, "text", columns,
                              _fingerprint(files, tokenizer, settings, options.shard_format))
     with output:
+        kept_tokens = _tokens_in_kept_shards(output)
         cursor = Cursor.from_json(output.resume_point)
         book = SpanBook(files, cursor, text_options.field)
         output.resume_point_at = book.cursor_at
@@ -178,7 +180,22 @@ def convert_text(sources: list[Path], options: OutputOptions, tokenizer_spec: st
         index, tokens = _write_batches(output, book, cursor.input, batches, progress)
         result = output.finish(index, settings, stats={}, tokenizer=tokenizer.identity())
     result.extra["tokens_this_run"] = tokens
+    result.extra["tokens"] = kept_tokens + tokens
     return result
+
+
+def _tokens_in_kept_shards(output: OutputDirectory) -> int:
+    """The tokens (EOS included) of the shards an interrupted run finished, which this one
+    keeps: with this run's, the dataset's."""
+    tokens = 0
+    for shard in output.writer.shards[:output.resumed_shards]:
+        reader = open_shard(output.out / shard.name, output.options.shard_format,
+                            output.columns)
+        try:
+            tokens += int(reader.scalar("length").sum())
+        finally:
+            reader.close()
+    return tokens
 
 
 def _resolve_kind(files: list[Path], options: TextOptions) -> TextOptions:

@@ -152,9 +152,12 @@ def convert_text_cmd(sources: tuple[str, ...], tokenizer: str, field: str, doc_p
                                   progress=progress.update_to, chat_template=chat_template)
         finally:
             progress.close()
-    tokens = result.extra["tokens_this_run"]
-    _report(result, "documents", f"{tokens:,} tokens, "
-            f"{tokens / max(result.seconds, 1e-9):,.0f} tokens/s")
+    tokens, this_run = result.extra["tokens"], result.extra["tokens_this_run"]
+    # The dataset's documents and tokens; a resumed run's own share beside them.
+    share = f" ({result.manifest.num_samples - _resumed_inputs(result):,} documents and " \
+        f"{this_run:,} tokens this run)" if result.resumed_shards else ""
+    _report(result, "documents", f"{tokens:,} tokens{share}, "
+            f"{this_run / max(result.seconds, 1e-9):,.0f} tokens/s")
 
 
 def _report_linked_folders(rejects: list[dict[str, Any]]) -> None:
