@@ -8,6 +8,10 @@ path order (so input indices, and the output bytes, depend on the tree alone):
   link that leads back to a folder it sits in (a loop: SRC, or a folder holding it, like /);
 - every folder is walked once, known by (st_dev, st_ino): a second way to one already walked
   (another link, a bind mount) is rejected, naming where it was walked;
+- a link to a folder SRC also holds by its real path is rejected, wherever the sorted walk
+  meets it: the folder is walked where it really is, under its own class (a link
+  `class_0/sib -> ../class_1` met first would otherwise label every image of class_1 as
+  class_0); a link to a folder outside SRC is walked, under the class of the link;
 - an entry on a special filesystem (/proc, /sys, /dev, cgroups, ...) is rejected without being
   read or walked;
 - a hidden entry (name starting with '.') is rejected without being read or descended into, so
@@ -33,6 +37,8 @@ from preprocess.input_files import is_datapipe_output
 
 HIDDEN = "hidden (name starts with '.'): not read"
 LOOP = "symlink loop: leads back to a folder it is in; not followed"
+# How a link to a folder inside SRC ends its reject (the summary counts these).
+LINKED_FOLDER = "which SRC holds by its real path: walked there, under its own class, not here"
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device"}
 Identity = tuple[int, int]  # (st_dev, st_ino) of a folder: the same folder however reached
@@ -73,6 +79,7 @@ class _Walk:
 
     def __init__(self, root: Path, leave_out: Path | None) -> None:
         self.root = root
+        self.real_root = Path(os.path.realpath(root))
         self.special = special_devices()
         # SRC and every folder holding it count as walked: a link to one of them is a loop
         # (a link to / would otherwise walk the whole machine). None: no source inside SRC.
@@ -107,24 +114,40 @@ class _Walk:
         elif isinstance(info, OSError):
             problem = _unreachable(path, info)
         else:
-            problem = self._problem(info, source, in_class)
+            problem = self._problem(path, info, source, in_class)
         if problem is not None or not stat.S_ISDIR(info.st_mode):
             return ImageItem(path, source, label, problem=problem)
         return self._folder(path, source, label, info)
 
-    def _problem(self, info: os.stat_result, source: str, in_class: bool) -> str | None:
+    def _problem(self, path: Path, info: os.stat_result, source: str,
+                 in_class: bool) -> str | None:
         is_dir = stat.S_ISDIR(info.st_mode)
         if info.st_dev in self.special:
             return (f"on a special filesystem ({self.special[info.st_dev]}), which holds no "
                     f"image files: not {'walked' if is_dir else 'read'}")
         if not is_dir:
             return _file_problem(info, in_class)
-        if _identity(info) not in self.walked:
-            return None
-        walked_as = self.walked[_identity(info)]
-        if walked_as is None or source.startswith(walked_as + "/"):
+        walked = _identity(info) in self.walked
+        walked_as = self.walked.get(_identity(info))
+        if walked and (walked_as is None or source.startswith(walked_as + "/")):
             return LOOP
-        return f"the same folder as {walked_as}, walked already (each folder is walked once)"
+        real = self._real_place(path)
+        if real is not None:
+            return f"a link to {real}, {LINKED_FOLDER}"
+        if walked:
+            return f"the same folder as {walked_as}, walked already (each folder is walked once)"
+        return None
+
+    def _real_place(self, path: Path) -> str | None:
+        """Where the walk meets the folder `path` leads to by its real path, when that is
+        inside SRC and `path` is not it (a link, or a folder under one); else None."""
+        try:
+            real = Path(os.path.realpath(path)).relative_to(self.real_root)
+        except ValueError:
+            return None  # outside SRC: this link is the only way to it
+        if real == path.relative_to(self.root) or any(p.startswith(".") for p in real.parts):
+            return None  # its own place, or one the walk does not enter (hidden)
+        return display_name(str(real))
 
     def _folder(self, path: Path, source: str, label: int,
                 info: os.stat_result) -> ImageItem | list[Pending]:

@@ -107,8 +107,10 @@ def _first_object(path: Path) -> dict[str, Any] | None:
                 if not line:
                     return None
                 try:
+                    # Decoded first, the bytes dropped: a first line may be a 200 MB document.
+                    line = line.decode("utf-8-sig")
                     record = json.loads(line)
-                except ValueError:
+                except ValueError:  # UnicodeDecodeError too
                     continue
                 if isinstance(record, dict):
                     return record

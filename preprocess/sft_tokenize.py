@@ -43,6 +43,9 @@ def _prompt_completions(tokenizer: TextTokenizer,
             outcomes.append(record)
             continue
         prompt, completion = next(prompts), next(completions)
+        if isinstance(prompt, str) or isinstance(completion, str):  # too long to tokenize
+            outcomes.append(prompt if isinstance(prompt, str) else completion)
+            continue
         mask = np.zeros(len(prompt) + len(completion), np.uint8)
         mask[len(prompt):] = 1
         outcomes.append((np.concatenate([prompt, completion]), mask))

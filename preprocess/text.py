@@ -15,6 +15,7 @@ import numpy as np
 from datapipe.errors import ArgumentError
 from datapipe.format.hashing import hash_bytes
 from datapipe.format.schema import Column, token_type_for_vocab
+from datapipe.format.shard_formats import open_shard
 from datapipe.format.writer import SCALAR_NBYTES
 from datapipe.system import available_cores
 from preprocess.chat_template import ChatEncoder
@@ -97,10 +98,16 @@ def tokenize_batch(work: TokenWork, batch: list[Document]) -> TokenBatch:
 
 
 def _encode_texts(tokenizer: TextTokenizer, documents: list[Any]) -> list[Encoded]:
-    """Plain documents: a text, or a BadDocument (a reject); an empty text is a reject too."""
+    """Plain documents: a text, or a BadDocument (a reject); an empty text is a reject too,
+    and so is one too long to tokenize (the tokenizer says why)."""
     encoded = tokenizer.encode_batch([d if isinstance(d, str) else "" for d in documents])
-    return [d.reason if isinstance(d, BadDocument) else (ids, None) if d.strip() else None
+    return [d.reason if isinstance(d, BadDocument) else None if _blank(d)
+            else ids if isinstance(ids, str) else (ids, None)
             for d, ids in zip(documents, encoded, strict=True)]
+
+
+def _blank(text: str) -> bool:
+    return not text or text.isspace()  # as `not text.strip()`, without copying a long text
 
 
 def _gather(work: TokenWork, batch: list[Document], encoded: list[Encoded]) -> TokenBatch:
@@ -123,8 +130,8 @@ def _gather(work: TokenWork, batch: list[Document], encoded: list[Encoded]) -> T
         result.kept.append(position)
         result.lengths.append(len(ids) + (eos is not None))
         result.sizes.append(result.lengths[-1] * row_itemsize + SCALAR_NBYTES)
-    if pieces:
-        result.ids = np.concatenate(pieces)
+    if pieces:  # one document's ids as they are: a long one's may be hundreds of MB
+        result.ids = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
     if with_mask:
         result.mask = np.concatenate(masks) if masks else np.empty(0, np.uint8)
     return result
@@ -162,6 +169,7 @@ def convert_text(sources: list[Path], options: OutputOptions, tokenizer_spec: st
     output = OutputDirectory(options, "text", columns,
                              _fingerprint(files, tokenizer, settings, options.shard_format))
     with output:
+        kept_tokens = _tokens_in_kept_shards(output)
         cursor = Cursor.from_json(output.resume_point)
         book = SpanBook(files, cursor, text_options.field)
         output.resume_point_at = book.cursor_at
@@ -172,7 +180,22 @@ def convert_text(sources: list[Path], options: OutputOptions, tokenizer_spec: st
         index, tokens = _write_batches(output, book, cursor.input, batches, progress)
         result = output.finish(index, settings, stats={}, tokenizer=tokenizer.identity())
     result.extra["tokens_this_run"] = tokens
+    result.extra["tokens"] = kept_tokens + tokens
     return result
+
+
+def _tokens_in_kept_shards(output: OutputDirectory) -> int:
+    """The tokens (EOS included) of the shards an interrupted run finished, which this one
+    keeps: with this run's, the dataset's."""
+    tokens = 0
+    for shard in output.writer.shards[:output.resumed_shards]:
+        reader = open_shard(output.out / shard.name, output.options.shard_format,
+                            output.columns)
+        try:
+            tokens += int(reader.scalar("length").sum())
+        finally:
+            reader.close()
+    return tokens
 
 
 def _resolve_kind(files: list[Path], options: TextOptions) -> TextOptions:

@@ -129,10 +129,11 @@ def read_span(path: Path, span: TextSpan, options: TextOptions) -> SpanDocuments
     if span.kind == "file":
         # As text-mode reading gives it, which a document per file always had.
         return SpanDocuments([(0, text.replace("\r\n", "\n").replace("\r", "\n"))], 1)
+    lines = split_lines(text) if span.kind == "lines" else split_jsonl_lines(text)
+    del text  # a long line is then held once, not twice, while its record is parsed
     if span.kind == "lines":
-        lines = split_lines(text)
         return SpanDocuments(list(enumerate(lines)), len(lines))
-    return _jsonl(split_jsonl_lines(text), options)
+    return _jsonl(lines, options)
 
 
 def _read_text(path: Path, start: int, stop: int) -> str:
@@ -155,8 +156,9 @@ def _jsonl(lines: list[str], options: TextOptions) -> SpanDocuments:
     --field is for the writing process to say, which knows the spans before this one (a
     fine-tuning file's first object was checked before the run began)."""
     result = SpanDocuments([], len(lines))
-    for number, line in enumerate(lines):
-        if not line.strip():
+    for number in range(len(lines)):
+        line, lines[number] = lines[number], ""  # freed once parsed: a line may be 200 MB
+        if not line or line.isspace():
             continue
         try:
             record = json.loads(line)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,7 @@ import numpy as np
 
 from datapipe.errors import ArgumentError
 from datapipe.format.hashing import hash_file
+from preprocess.long_texts import TextIds, cut_problem, encode_texts
 
 # Tried in order when --append-eos is given and no --eos-token names one.
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "[SEP]", "<|end_of_text|>")
@@ -20,8 +23,9 @@ class TextTokenizer(ABC):
     eos_id: int | None
 
     @abstractmethod
-    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-        """Token ids of each text, no special tokens added."""
+    def encode_batch(self, texts: list[str]) -> list[TextIds]:
+        """Token ids of each text, no special tokens added; or, for a text too long to
+        tokenize within bounded memory, why (see long_texts.py)."""
 
     @abstractmethod
     def identity(self) -> dict[str, Any]:
@@ -34,7 +38,7 @@ class ByteTokenizer(TextTokenizer):
     vocab_size = 257
     eos_id = 256
 
-    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+    def encode_batch(self, texts: list[str]) -> list[TextIds]:
         return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
 
     def identity(self) -> dict[str, Any]:
@@ -63,9 +67,19 @@ class HFTokenizer(TextTokenizer):
             raise ArgumentError(f"--eos-token {eos_token!r} is not in {path}")
         self._encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
 
-    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+    def encode_batch(self, texts: list[str]) -> list[TextIds]:
+        return encode_texts(texts, self._encode_whole, self.path.name, self.vocab_size,
+                            lambda: self._cut_problem)
+
+    def _encode_whole(self, texts: list[str]) -> list[np.ndarray]:
         encodings = self._encode(texts, add_special_tokens=False)
         return [np.asarray(e.ids, dtype=np.uint32) for e in encodings]
+
+    @functools.cached_property
+    def _cut_problem(self) -> str | None:
+        """Why long texts cannot be cut into pieces (see long_texts.py); None: they can. Told
+        at the first long text, from the tokenizer as loaded."""
+        return cut_problem(json.loads(self._tok.to_str()))
 
     def identity(self) -> dict[str, Any]:
         return {"kind": "hf", "name": self.path.name, "vocab_size": self.vocab_size,

@@ -110,6 +110,7 @@ def convert_images_cmd(sources: tuple[str, ...], src_kind: str, image_field: str
             progress.close()
     rate = result.inputs - _resumed_inputs(result)
     _report(result, "image", f"{rate / max(result.seconds, 1e-9):,.0f} images/s")
+    _report_linked_folders(result.rejects)
 
 
 @convert.command("text", context_settings=CONTEXT)
@@ -152,9 +153,25 @@ def convert_text_cmd(sources: tuple[str, ...], tokenizer: str, field: str, doc_p
                                   progress=progress.update_to, chat_template=chat_template)
         finally:
             progress.close()
-    tokens = result.extra["tokens_this_run"]
-    _report(result, "document", f"{plural(tokens, 'token')}, "
-            f"{tokens / max(result.seconds, 1e-9):,.0f} tokens/s")
+    tokens, this_run = result.extra["tokens"], result.extra["tokens_this_run"]
+    # The dataset's documents and tokens; a resumed run's own share beside them.
+    share = f" ({plural(result.manifest.num_samples - _resumed_inputs(result), 'document')} " \
+        f"and {plural(this_run, 'token')} this run)" if result.resumed_shards else ""
+    _report(result, "document", f"{plural(tokens, 'token')}{share}, "
+            f"{this_run / max(result.seconds, 1e-9):,.0f} tokens/s")
+
+
+def _report_linked_folders(rejects: list[dict[str, Any]]) -> None:
+    """Say that links to folders SRC holds by their real paths were skipped: without them,
+    their images would have taken the link's class."""
+    from preprocess.image_folder import LINKED_FOLDER
+
+    linked = [r for r in rejects if r["reason"].endswith(LINKED_FOLDER)]
+    if linked:
+        first = linked[0]["reason"].removeprefix("a link to ").removesuffix(f", {LINKED_FOLDER}")
+        click.echo(f"skipped {plural(len(linked), 'link')} to folders SRC holds "
+                   f"by their real paths (first: {linked[0]['source']} -> {first}); each is "
+                   "walked there, under its own class")
 
 
 def _resumed_inputs(result: Any) -> int:

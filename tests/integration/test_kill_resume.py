@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -71,6 +73,40 @@ def killed_and_resumed_matches_clean(tmp_path: Path, args: list[str]) -> Path:
     for path in clean.iterdir():
         assert (out / path.name).read_bytes() == path.read_bytes(), path.name
     return out
+
+
+_TEXT_SUMMARY = re.compile(r"converted ([\d,]+) documents of .* s, ([\d,]+) tokens(?: \(([\d,]+) "
+                           r"documents and ([\d,]+) tokens this run\))?, ")
+
+
+def _summary_counts(stdout: str) -> list[int | None]:
+    """(documents, tokens, this run's documents, this run's tokens) a text summary says."""
+    found = _TEXT_SUMMARY.search(stdout)
+    assert found, stdout
+    return [int(n.replace(",", "")) if n else None for n in found.groups()]
+
+
+@pytest.mark.slow
+def test_a_resumed_text_run_says_the_dataset_s_documents_and_tokens(tmp_path: Path) -> None:
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": f"document {n} " * (1 + n % 9)}) + "\n"
+                           for n in range(60_000)))
+    args = ["convert", "text", str(src), "OUT", "--tokenizer", "bytes", "--append-eos",
+            "--shard-size", "16KB", "--workers", "2"]
+    clean = run_cli_process(*[a.replace("OUT", str(tmp_path / "clean")) for a in args])
+    assert clean.returncode == 0, clean.stderr
+    out = tmp_path / "killed"
+    killed_args = [a.replace("OUT", str(out)) for a in args]
+    _kill_after_shards(killed_args, out, shards=3)
+    rerun = run_cli_process(*killed_args)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "kept from the interrupted run" in rerun.stdout
+    documents, tokens, run_documents, run_tokens = _summary_counts(rerun.stdout)
+    with Dataset(out) as ds:
+        assert documents == len(ds) == 60_000
+        assert tokens == int(ds.scalar("length").sum())
+    assert _summary_counts(clean.stdout) == [documents, tokens, None, None]
+    assert 0 < run_documents < documents and 0 < run_tokens < tokens
 
 
 def test_resume_with_other_settings_is_refused(tmp_path: Path) -> None:

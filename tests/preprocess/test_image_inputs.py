@@ -296,6 +296,38 @@ def test_a_folder_reached_by_two_links_is_walked_once(cli, tmp_path: Path) -> No
                               "is walked once)"}
 
 
+def linked_class_tree(tmp_path: Path) -> Path:
+    """Three classes of two images; class_0/sib links to ../class_1 (met before class_1 by
+    the sorted walk), class_2/back to class_0 (met after it), class_0/ext to a folder outside
+    SRC, with one image."""
+    src = make_image_folder(tmp_path / "src", classes=3, per_class=2)
+    (src / "class_0" / "sib").symlink_to(Path("..") / "class_1")
+    (src / "class_2" / "back").symlink_to(src / "class_0")
+    outside = tmp_path / "elsewhere" / "album"
+    outside.mkdir(parents=True)
+    (outside / "a.jpg").write_bytes(jpeg_bytes(noise_image(40, 30, 3)))
+    (src / "class_0" / "ext").symlink_to(outside)
+    return src
+
+
+def test_a_link_never_takes_another_class_s_images(cli, tmp_path: Path) -> None:
+    src = linked_class_tree(tmp_path)
+    out = tmp_path / "out"
+    result = cli("convert", "images", src, out, "--workers", 2)
+    assert result.code == 0, result.err
+    with Dataset(out) as ds:
+        labels = {ds[i]["path"]: int(ds[i]["label"]) for i in range(len(ds))}
+    # Each real folder keeps its own label; the folder outside SRC takes its link's class.
+    assert labels == {"class_0/ext/a.jpg": 0, "class_0/img_000.jpg": 0, "class_0/img_001.jpg": 0,
+                      "class_1/img_000.jpg": 1, "class_1/img_001.jpg": 1,
+                      "class_2/img_000.jpg": 2, "class_2/img_001.jpg": 2}
+    tail = "which SRC holds by its real path: walked there, under its own class, not here"
+    assert _rejects(out) == {"class_0/sib": f"a link to class_1, {tail}",
+                             "class_2/back": f"a link to class_0, {tail}"}
+    assert ("skipped 2 links to folders SRC holds by their real paths (first: class_0/sib -> "
+            "class_1); each is walked there, under its own class") in result.out
+
+
 def test_special_devices_come_from_the_mount_table(tmp_path: Path) -> None:
     table = tmp_path / "mountinfo"
     table.write_text(

@@ -22,6 +22,7 @@ from tests.integration.test_kill_resume import _kill_after_shards
 from tests.preprocess.sample_files import photo_rows, write_hf_parquet, write_tars
 from tests.preprocess.test_convert_sft import CHATS, make_chat_tokenizer
 from tests.preprocess.test_convert_text import DOCS, train_wordpiece
+from tests.preprocess.test_image_inputs import linked_class_tree
 
 ray = pytest.importorskip("ray")
 
@@ -65,6 +66,22 @@ def test_images_on_ray_are_byte_identical_to_the_local_engine(cli, ray_address: 
     rejects = (tmp_path / "ray" / "rejects.jsonl").read_text().splitlines()
     assert rejects and all(json.loads(r)["reason"] for r in rejects)
     assert ray.is_initialized(), "a Ray instance the caller started is left to the caller"
+
+
+def test_linked_class_folders_on_ray_are_labelled_as_on_the_local_engine(
+        cli, ray_address: str, tmp_path: Path) -> None:
+    """The folder is scanned once, by the process that runs the command, for either engine."""
+    src = linked_class_tree(tmp_path)
+    args = ["--short-side", 32, "--shard-size", "2KB"]
+    local = run_cli_process("convert", "images", src, tmp_path / "local", *args,
+                            "--workers", 2)
+    assert local.returncode == 0, local.stderr
+    on_ray = cli("convert", "images", src, tmp_path / "ray", *args, "--engine", "ray")
+    assert on_ray.code == 0, on_ray.err
+    assert_same_files(tmp_path / "local", tmp_path / "ray")
+    assert "skipped 2 links to folders SRC holds by their real paths" in on_ray.out
+    with Dataset(tmp_path / "ray") as ds:
+        assert sorted(int(label) for label in ds.scalar("label")) == [0, 0, 0, 1, 1, 2, 2]
 
 
 @pytest.mark.parametrize("kind", ["tar", "parquet"])
