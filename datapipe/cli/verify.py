@@ -26,9 +26,14 @@ def verify_cmd(dataset: str) -> None:
         click.echo(f"{join(location, problem.name)}: {problem.problem}", err=True)
     if problems:
         bad = sum(p.name != MANIFEST_NAME for p in problems)
-        click.echo(f"{location}: {bad} of {len(manifest.shards)} shards are corrupt, missing or "
-                   "disagree with the manifest" + ("; so does the manifest itself" if
-                                                   bad < len(problems) else ""), err=True)
+        if bad:
+            click.echo(f"{location}: {bad} of {len(manifest.shards)} shards are corrupt, missing "
+                       "or disagree with the manifest" + ("; so does the manifest itself" if
+                                                          bad < len(problems) else ""), err=True)
+        else:
+            count = len(manifest.shards)
+            click.echo(f"{location}: the manifest is wrong; its {count} shard"
+                       f"{'s are' if count != 1 else ' is'} intact", err=True)
         sys.exit(1)
     click.echo(f"{location}: all {len(manifest.shards)} shards intact "
                f"({manifest.num_samples:,} samples)")
