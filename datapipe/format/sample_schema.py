@@ -53,6 +53,15 @@ class Field:
     declared: str
     columns: tuple[Column, ...]
     classes: int | None = None  # labels: how many classes there are (None: any int)
+    # The first column's number type and shape, read from its type string once, not per value.
+    dtype: np.dtype | None = field(init=False, repr=False)
+    shape: tuple[int, ...] | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        column = self.columns[0]
+        numbers = column.is_scalar or column.is_list
+        object.__setattr__(self, "dtype", column.numpy_dtype if numbers else None)
+        object.__setattr__(self, "shape", column.shape)
 
     def store(self, value: Any) -> tuple[Any, ...]:
         """The cells of `self.columns` for `value`; Mismatch when it does not fit."""
@@ -61,13 +70,11 @@ class Field:
             return _image_cells(value, IMAGE_TYPES[self.declared])
         if self.declared == PIXELS:
             return _pixel_cells(value)
+        if self.dtype is None:
+            return (_string(value),) if column.type == "string" else (_bytes(value),)
         if column.is_scalar:
-            return (_number(value, column.numpy_dtype, self.classes),)
-        if column.type == "string":
-            return (_string(value),)
-        if column.type == "bytes":
-            return (_bytes(value),)
-        array = _array(value, column.numpy_dtype, column.shape)
+            return (_number(value, self.dtype, self.classes),)
+        array = _array(value, self.dtype, self.shape)
         return (array, len(array)) if column.is_tokens else (array,)
 
 
