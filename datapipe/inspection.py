@@ -90,13 +90,13 @@ def verify(directory: str | Path | Location,
 
 
 def _manifest_problems(manifest: Manifest) -> list[str]:
-    """What the loaders would refuse in the manifest itself: a kind they do not read, a
-    column they read absent or of a type they cannot."""
+    """What is wrong in the manifest itself: a kind the loaders do not read, a column they
+    read absent or of a type they cannot, a sample count that is not its shards' rows."""
+    problems = _count_problems(manifest)
     needed = _NEEDED.get(manifest.kind)
     if needed is None:
-        return [f"kind {manifest.kind!r} is neither of {sorted(_NEEDED)}"]
+        return [*problems, f"kind {manifest.kind!r} is neither of {sorted(_NEEDED)}"]
     stored = {c.name: c for c in manifest.columns}
-    problems = []
     for name, wanted in needed.items():
         column = stored.get(name)
         if column is None or wanted != ("scalar" if column.is_scalar else
@@ -104,6 +104,16 @@ def _manifest_problems(manifest: Manifest) -> list[str]:
             problems.append(f"a {manifest.kind} dataset needs a {wanted} column {name!r}; the "
                             f"manifest has {column.type if column else 'none'}")
     return problems
+
+
+def _count_problems(manifest: Manifest) -> list[str]:
+    """The file's num_samples against the rows of its shards (what every reader counts)."""
+    stated, counted = manifest.stated_samples, manifest.num_samples
+    if stated is None or (type(stated) is int and stated == counted):
+        return []
+    shards = len(manifest.shards)
+    return [f"num_samples is {stated!r}, but its {shards} shard{'s' if shards != 1 else ''} "
+            f"hold {counted:,} samples (the sum of their rows)"]
 
 
 def _reader_problem(source: Any, manifest: Manifest, k: int, first_sample: int) -> str | None:

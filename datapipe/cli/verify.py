@@ -27,10 +27,17 @@ def verify_cmd(dataset: str) -> None:
         click.echo(f"{join(location, problem.name)}: {problem.problem}", err=True)
     if problems:
         bad = sum(p.name != MANIFEST_NAME for p in problems)
-        are, disagree = ("is", "disagrees") if bad == 1 else ("are", "disagree")
-        click.echo(f"{location}: {bad} of {plural(len(manifest.shards), 'shard')} {are} "
-                   f"corrupt, missing or {disagree} with the manifest" +
-                   ("; so does the manifest itself" if bad < len(problems) else ""), err=True)
+        count = len(manifest.shards)
+        if bad:
+            are, disagree = ("is", "disagrees") if bad == 1 else ("are", "disagree")
+            click.echo(f"{location}: {bad} of {plural(count, 'shard')} {are} corrupt, missing "
+                       f"or {disagree} with the manifest" +
+                       ("; so does the manifest itself" if bad < len(problems) else ""),
+                       err=True)
+        else:
+            are = "is" if count == 1 else "are"
+            click.echo(f"{location}: the manifest is wrong; its {plural(count, 'shard')} {are} "
+                       "intact", err=True)
         sys.exit(1)
     every = "the" if len(manifest.shards) == 1 else "all"
     click.echo(f"{location}: {every} {plural(len(manifest.shards), 'shard')} intact "

@@ -91,7 +91,8 @@ class DatasetWriter:
     already holding a dataset is refused unless `overwrite=True`. `part=i, parts=N` writes part
     i of a dataset N processes write at once; `merge_parts(out)` then joins them.
 
-    A sample that does not match the columns is refused with a DataError naming its position
+    A sample that does not match the columns (an int out of its type's range, a finite number
+    its float type would store as inf, ...) is refused with a DataError naming its position
     and column, and nothing of it is written; the writer stays usable. An exception that leaves
     the `with` block (a refused sample included), or an error writing the files (a full disk),
     abandons the dataset: no manifest is written and the shards already finished are removed.

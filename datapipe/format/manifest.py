@@ -68,6 +68,9 @@ class Manifest:
     classes: tuple[str, ...] | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     version: int = FORMAT_VERSION
+    # The file's "num_samples" as read (None: not read from a file). Readers count the shards'
+    # rows; `datapipe verify` names a file whose count says otherwise.
+    stated_samples: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.shard_format not in FORMAT_NAMES:
@@ -154,6 +157,7 @@ class Manifest:
                 classes=tuple(classes) if classes is not None else None,
                 stats=obj.get("stats") or {},
                 version=version,
+                stated_samples=obj.get("num_samples"),
             )
         except DataError as exc:  # a field that is there, but wrong: says which
             raise DataError(f"{source}: {exc}") from None

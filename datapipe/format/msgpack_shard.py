@@ -34,6 +34,16 @@ def _encode_cell(col: Column, value: Any) -> Any:
     return value
 
 
+def _row_cells(chunk: ChunkColumns, col: Column) -> Any:
+    """The chunk's cells of `col` for the records. A float32 or float16 number is rounded as the
+    typed footer column stores it (one cast per chunk), so a row reads back what a column
+    read gives."""
+    cells = chunk.cells(col.name)
+    if col.is_scalar and col.numpy_dtype.kind == "f" and col.numpy_dtype.itemsize < 8:
+        return np.asarray(cells, dtype=col.numpy_dtype).tolist()
+    return cells
+
+
 class MsgpackShardStream:
     """Writes a msgpack shard into `f`: records as rows are appended, the footer at the end."""
 
@@ -47,7 +57,7 @@ class MsgpackShardStream:
         self._position = len(MAGIC)
 
     def append(self, chunk: ChunkColumns) -> None:
-        columns = [chunk.cells(c.name) for c in self._columns]
+        columns = [_row_cells(chunk, c) for c in self._columns]
         for row in zip(*columns, strict=True):
             self._offsets.append(self._position)
             record = self._packer.pack([_encode_cell(c, value)

@@ -2,13 +2,15 @@
 each one stores, and the check and conversion of every value written to it.
 
 A value that does not fit its column is refused as it is written, never stored to be refused
-by a reader later: an int out of its type's range, a float array for an integer column, an
-image whose header PIL cannot read. The check runs on the writing process, once per sample.
+by a reader later: an int out of its type's range, a finite number too large for its float
+type (numpy would store it as inf), a float array for an integer column, an image whose header
+PIL cannot read. The check runs on the writing process, once per sample.
 """
 
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +53,15 @@ class Field:
     declared: str
     columns: tuple[Column, ...]
     classes: int | None = None  # labels: how many classes there are (None: any int)
+    # The first column's number type and shape, read from its type string once, not per value.
+    dtype: np.dtype | None = field(init=False, repr=False)
+    shape: tuple[int, ...] | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        column = self.columns[0]
+        numbers = column.is_scalar or column.is_list
+        object.__setattr__(self, "dtype", column.numpy_dtype if numbers else None)
+        object.__setattr__(self, "shape", column.shape)
 
     def store(self, value: Any) -> tuple[Any, ...]:
         """The cells of `self.columns` for `value`; Mismatch when it does not fit."""
@@ -59,13 +70,11 @@ class Field:
             return _image_cells(value, IMAGE_TYPES[self.declared])
         if self.declared == PIXELS:
             return _pixel_cells(value)
+        if self.dtype is None:
+            return (_string(value),) if column.type == "string" else (_bytes(value),)
         if column.is_scalar:
-            return (_number(value, column.numpy_dtype, self.classes),)
-        if column.type == "string":
-            return (_string(value),)
-        if column.type == "bytes":
-            return (_bytes(value),)
-        array = _array(value, column.numpy_dtype, column.shape)
+            return (_number(value, self.dtype, self.classes),)
+        array = _array(value, self.dtype, self.shape)
         return (array, len(array)) if column.is_tokens else (array,)
 
 
@@ -227,7 +236,7 @@ def _number(value: Any, dtype: np.dtype, classes: int | None) -> int | float:
         raise Mismatch(f"expected {'an' if dtype.kind == 'i' else 'a'} {dtype} number, got "
                        f"{_describe(value)}")
     if dtype.kind == "f":
-        return float(value)
+        return _float(value, dtype)
     number, limits = int(value), np.iinfo(dtype)
     if not limits.min <= number <= limits.max:
         raise Mismatch(f"{number} is out of the range of {dtype}")
@@ -235,6 +244,51 @@ def _number(value: Any, dtype: np.dtype, classes: int | None) -> int | float:
         raise Mismatch(f"label {number} is not one of the {classes} classes (0 to "
                        f"{classes - 1})")
     return number
+
+
+def _float(value: Any, dtype: np.dtype) -> float:
+    """`value` as a float, if `dtype` stores it as given: inf and nan as such, a finite number
+    only if it stays finite (numpy would store 1e40 in float32 as inf, with a bare warning
+    naming no sample)."""
+    try:
+        number = float(value)
+    except OverflowError:  # an int past float64's range
+        raise Mismatch(f"{_describe(value)} is out of the range of {dtype}") from None
+    if abs(number) < OVERFLOW_AT[dtype] or not _is_finite(value):
+        return number
+    raise Mismatch(f"{_shown(value)} is out of the range of {dtype}{_range_note(dtype)}")
+
+
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) or bool(np.isfinite(value))
+
+
+def _overflow_threshold(dtype: np.dtype) -> np.longdouble:
+    """The smallest magnitude that a cast to the float `dtype` rounds to inf: its largest
+    value plus half a unit in its last place (float16: 65520), in long double so that
+    float64's is finite where long double is wider."""
+    info = np.finfo(dtype)
+    return np.longdouble(info.max) + np.longdouble(2.0) ** (info.maxexp - 2 - info.nmant)
+
+
+_THRESHOLDS = {dtype: _overflow_threshold(dtype) for dtype in NUMBER_TYPES.values()
+               if dtype.kind == "f"}
+# For a value given as a Python float or int (float64's: inf).
+OVERFLOW_AT = {dtype: float(limit) for dtype, limit in _THRESHOLDS.items()}
+# For an array's sum of squares (float16's and float32's exact as Python floats).
+_SQUARED = {dtype: float(limit * limit) if dtype.itemsize < 8 else limit * limit
+            for dtype, limit in _THRESHOLDS.items()}
+
+
+def _shown(value: Any) -> str:
+    """A number too large for its column, as a message shows it (a long double past float64's
+    range by its own digits)."""
+    number = float(value)
+    return f"{number:.7g}" if math.isfinite(number) else str(value)
+
+
+def _range_note(dtype: np.dtype) -> str:
+    return f" (at most ±{float(np.finfo(dtype).max):.7g}; it would be stored as inf)"
 
 
 def _string(value: Any) -> str:
@@ -275,7 +329,33 @@ def _array(value: Any, dtype: np.dtype, shape: tuple[int, ...] | None) -> np.nda
         if low < limits.min or high > limits.max:
             raise Mismatch(f"holds {low if low < limits.min else high}, out of the range of "
                            f"{dtype}")
+    if array.dtype != dtype and dtype.kind == "f" and _may_overflow(array.dtype, dtype) \
+            and array.size:
+        _check_float_range(array, dtype)
     return np.array(array, dtype=dtype, order="C").reshape(-1)  # a copy, as for pixels
+
+
+def _may_overflow(given: np.dtype, column: np.dtype) -> bool:
+    """Whether some finite value of `given` may be past the float `column`'s range (float64
+    into float32, uint16 or int32 into float16): only then are the values looked at."""
+    if given.kind == "f":
+        return given.itemsize > column.itemsize
+    return column.itemsize == 2 and given.itemsize >= 2
+
+
+def _check_float_range(array: np.ndarray, dtype: np.dtype) -> None:
+    """Mismatch naming the first finite value of `array` that `dtype` would store as inf."""
+    limit = _THRESHOLDS[dtype]
+    if array.dtype.kind != "f":
+        over = (array >= limit) | (array <= -limit)
+    elif np.vdot(array, array) < _SQUARED[dtype]:
+        return  # one pass when all fit: the sum of squares bounds each square
+    else:  # a value too large, or a nan or an inf (given as such: kept)
+        over = np.isfinite(array) & (np.abs(array) >= limit)
+    if over.any():
+        value = array.reshape(-1)[np.argmax(over.reshape(-1))]
+        raise Mismatch(f"holds {_shown(value)}, out of the range of {dtype}"
+                       f"{_range_note(dtype)}")
 
 
 def _describe(value: Any) -> str:

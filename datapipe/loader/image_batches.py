@@ -17,6 +17,7 @@ from datapipe.image.normalize import NUMPY_DTYPES
 from datapipe.image.placement import ViewSpec
 from datapipe.image.transforms import Normalize, Pipeline, plan_crops
 from datapipe.image.worker_steps import StepFailed, ViewDecoder
+from datapipe.loader.class_labels import relabelled
 from datapipe.loader.extra_columns import ExtraColumns
 from datapipe.loader.workers import BatchTask, worker_timing
 
@@ -34,6 +35,8 @@ class ImageBatchSpec:
     on_error: str = "raise"
     extra_columns: tuple[str, ...] = ()
     verify: str = "cheap"  # see datapipe/format/integrity.py
+    # Per dataset, the loader's label of each of its labels (None: as stored): class_labels.py
+    label_maps: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
@@ -85,7 +88,7 @@ class ImageBatchBuilder:
         self.encoding = self.dataset.manifest.settings.get("encoding", "jpeg")
         self.heights = self.dataset.scalar("height").astype(np.int64)
         self.widths = self.dataset.scalar("width").astype(np.int64)
-        self.labels = self.dataset.scalar("label").astype(np.int64)
+        self.labels = relabelled(self.dataset, spec.label_maps)  # once: no per-batch cost
         self.extras = ExtraColumns(self.dataset, spec.extra_columns)
         self.decoders = [ViewDecoder(view, v, spec.seed) for v, view in enumerate(spec.views)]
 

@@ -26,6 +26,7 @@ from datapipe.image.transforms import Pipeline, Transform, as_pipeline
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
 from datapipe.loader.base import LoaderBase, refuse_empty
 from datapipe.loader.batch_loop import BatchProducer
+from datapipe.loader.class_labels import ClassesArg, ClassLabels, check_classes, resolve_classes
 from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.extra_columns import add_to_batch
@@ -83,6 +84,13 @@ class Loader(LoaderBase):
     dict's order) while ``index`` stays the id within the sample's own dataset. ``weights``
     may be a list of ``(start_step, weights)`` phases; ``loader.progress()`` counts what each
     source gave. See docs/mixtures.md.
+
+    ``classes="union"`` or ``classes=[names]`` gives the loader one class list where the
+    datasets' classes differ (a mixture's, else refused) or are not in the order a model wants:
+    the sorted union of their class names, or your list (naming every class of every dataset);
+    each dataset's labels are renumbered to it by name in the workers. ``loader.classes`` is the
+    list a batch's labels index (the datasets' own, without ``classes=``; None where they have
+    no class names).
     """
 
     def __init__(self, path: str | Path | Sequence[str | Path] | Mapping[str, str | Path],
@@ -95,7 +103,8 @@ class Loader(LoaderBase):
                  cache_dir: str | Path | None = None, cache_size: int | str | None = None,
                  fields: Iterable[str] | None = None,
                  views: tuple[Transform, ...] | None = None, weights: ScheduleArg | None = None,
-                 epoch_size: int | None = None, reweight: bool = False) -> None:
+                 epoch_size: int | None = None, reweight: bool = False,
+                 classes: ClassesArg = None) -> None:
         batch_size = check_counter("batch_size", batch_size, minimum=1)
         prefetch = check_counter("prefetch", prefetch, minimum=1)
         seed = check_counter("seed", seed)
@@ -107,6 +116,7 @@ class Loader(LoaderBase):
             raise ArgumentError(f"decode must be one of {DECODERS}, got {decode!r}")
         verify = check_verify_mode(verify)
         epoch_size = check_optional("epoch_size", epoch_size, minimum=1)
+        wanted_classes = check_classes(classes)
         self.mixing = check_mixture_arguments(path, weights, epoch_size, reweight, cache_dir,
                                               cache_size)
         super().__init__(describe(path), fields)
@@ -125,7 +135,9 @@ class Loader(LoaderBase):
         if decode == "dali" and views is not None:
             raise ArgumentError("views= needs decode='cpu': the DALI graph makes one view")
         self.pipeline = pipelines[0]
-        sizes, extras = self._read_datasets(pipelines, verify, extra_columns, epoch_size)
+        sizes, extras, labels = self._read_datasets(pipelines, verify, extra_columns,
+                                                    epoch_size, wanted_classes)
+        self.classes = labels.classes
         self._check_fields(("image", "label", "index", "is_padding",
                             *((SOURCE_FIELD,) if self.mixture else ()), *extras))
         placed = [place_steps(p, size, self.device.type, decode)
@@ -134,7 +146,7 @@ class Loader(LoaderBase):
             for view, _ in placed:
                 check_picklable(view.sample_steps)
         self.spec = ImageBatchSpec(self.path, tuple(view for view, _ in placed), seed, on_error,
-                                   extras, verify)
+                                   extras, verify, labels.maps)
         self.view_transforms = [BatchTransforms(steps, seed, v)
                                 for v, (_, steps) in enumerate(placed)]
         self.batch_transforms = self.view_transforms[0]
@@ -151,14 +163,15 @@ class Loader(LoaderBase):
                           f"than batch_size={batch_size}", RuntimeWarning, stacklevel=2)
 
     def _read_datasets(self, pipelines: list[Pipeline], verify: str,
-                       extra_columns: tuple[str, ...] | None,
-                       epoch_size: int | None) -> tuple[list[tuple[int, int]], tuple[str, ...]]:
+                       extra_columns: tuple[str, ...] | None, epoch_size: int | None,
+                       classes: str | tuple[str, ...] | None,
+                       ) -> tuple[list[tuple[int, int]], tuple[str, ...], ClassLabels]:
         """Check the dataset (or a mixture's datasets) and take what planning needs from it:
-        each view's output size and the extra columns."""
+        each view's output size, the extra columns, the class list and label maps."""
         with open_dataset(self.path, verify=verify) as ds:
             parts = ds.sources if isinstance(ds, ConcatDataset) else [ds]
             if self.mixing:
-                self.mixing.check(parts, "images")
+                self.mixing.check(parts, "images", relabelled=classes is not None)
             for part in parts:
                 self._check_dataset(part)
                 if verify == "open":
@@ -175,7 +188,9 @@ class Loader(LoaderBase):
                 self._manifest = manifest_fingerprint(ds.manifest)
                 extras = extra_column_names(ds.manifest, extra_columns, STANDARD_COLUMNS)
             self.num_samples = self.mixture.samples if self.mixture else len(ds)
-        return sizes, extras
+            labels = resolve_classes([p.manifest for p in parts],
+                                     self.path if self.mixing else [self.path], classes)
+        return sizes, extras, labels
 
     @staticmethod
     def _check_dataset(ds: Dataset) -> None:

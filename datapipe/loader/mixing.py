@@ -48,8 +48,8 @@ class MixtureSetup:
     weights: ScheduleArg | None
     reweight: bool
 
-    def check(self, parts: Sequence[Dataset], kind: str) -> None:
-        check_mixable([p.manifest for p in parts], self.sources, kind)
+    def check(self, parts: Sequence[Dataset], kind: str, relabelled: bool = False) -> None:
+        check_mixable([p.manifest for p in parts], self.sources, kind, relabelled)
 
     def extra_columns(self, parts: Sequence[Dataset], wanted: tuple[str, ...] | None,
                       standard: set[str]) -> tuple[str, ...]:

@@ -66,8 +66,10 @@ def parse_sources(path: Any, cache_dir: str | Path | None,
     return Sources(tuple(names), locations, isinstance(path, Mapping))
 
 
-def check_mixable(manifests: Sequence[Manifest], sources: Sources, kind: str) -> None:
-    """Every source of `kind`, and each like the first in what a batch mixes."""
+def check_mixable(manifests: Sequence[Manifest], sources: Sources, kind: str,
+                  relabelled: bool = False) -> None:
+    """Every source of `kind`, and each like the first in what a batch mixes (not in their
+    classes where the loader renumbers labels: `relabelled`, see class_labels.py)."""
     for manifest, location in zip(manifests, sources.locations, strict=True):
         if manifest.kind != kind:
             raise ArgumentError(f"path: {location} is a {manifest.kind} dataset and "
@@ -75,20 +77,28 @@ def check_mixable(manifests: Sequence[Manifest], sources: Sources, kind: str) ->
                                 f"{kind} one; a mixture's datasets are of one kind")
     first = manifests[0]
     for manifest, location in zip(manifests[1:], sources.locations[1:], strict=True):
-        difference = _difference(first, manifest, kind)
+        difference = _difference(first, manifest, kind, relabelled)
         if difference:
             raise ArgumentError(f"path: {sources.locations[0]} and {location} cannot be mixed: "
                                 f"{difference}")
 
 
-def _difference(a: Manifest, b: Manifest, kind: str) -> str | None:
+# What to do about two lists of classes (class_labels.py renumbers the labels by name).
+RELABEL_HINT = ("; pass classes='union' (their classes together, sorted) or classes=[...] (your "
+                "list), and each dataset's labels are renumbered to it")
+
+
+def _difference(a: Manifest, b: Manifest, kind: str, relabelled: bool) -> str | None:
     """What differs between two manifests that a batch of both could not hold, or None."""
     if kind == "images":
-        checks = [("image encoding", a.settings.get("encoding", "jpeg"),
-                   b.settings.get("encoding", "jpeg")),
-                  ("classes (labels would mean different things)", _classes(a), _classes(b))]
-        checks += [(f"column {c!r}", _type(a, c), _type(b, c))
-                   for c in ("image", "label", "height", "width")]
+        encodings = a.settings.get("encoding", "jpeg"), b.settings.get("encoding", "jpeg")
+        if encodings[0] != encodings[1]:
+            return f"image encoding {encodings[0]!r} vs {encodings[1]!r}"
+        if not relabelled and a.classes != b.classes:  # the whole lists, not what is shown
+            hint = RELABEL_HINT if a.classes is not None and b.classes is not None else ""
+            return f"classes (labels would mean different things) {_classes(a, b)}{hint}"
+        checks = [(f"column {c!r}", _type(a, c), _type(b, c))
+                  for c in ("image", "label", "height", "width")]
     else:
         tokenizer_a, tokenizer_b = a.tokenizer or {}, b.tokenizer or {}
         checks = [("tokenizer (the vocabularies differ)",
@@ -107,8 +117,19 @@ def _type(manifest: Manifest, column: str) -> str | None:
     return next((c.type for c in manifest.columns if c.name == column), None)
 
 
-def _classes(manifest: Manifest) -> str:
-    classes = manifest.classes
+def _classes(a: Manifest, b: Manifest) -> str:
+    """Two lists of classes, shown by their count and first names (and their first difference
+    where those agree)."""
+    shown = [_first_classes(m.classes) for m in (a, b)]
+    text = f"{shown[0]!r} vs {shown[1]!r}"
+    if shown[0] == shown[1] and a.classes and b.classes:
+        at = next(i for i, (x, y) in enumerate(zip(a.classes, b.classes, strict=True))
+                  if x != y)
+        text += f" (label {at}: {a.classes[at]!r} vs {b.classes[at]!r})"
+    return text
+
+
+def _first_classes(classes: tuple[str, ...] | None) -> str:
     return "none" if classes is None else f"{len(classes)}: {', '.join(classes[:3])}" + (
         ", ..." if len(classes) > 3 else "")
 

@@ -104,6 +104,8 @@ def overflow_policy(layout: str, cap: int | None, mode: str | None, max_tokens: 
                             f"{budget}); lower it or raise the budget")
     if cap is None and budget is None:
         raise ArgumentError(f"overflow={mode!r} needs max_seq_len (no max_tokens to cap at)")
+    if cap is None and layout == "padded":  # a row padded to the multiple stays in the budget
+        cap = budget // pad_to_multiple_of * pad_to_multiple_of
     return Overflow(cap or budget, mode or "split")
 
 
@@ -120,7 +122,7 @@ def check_layout(layout: str, max_tokens: int | None, batch_size: int | None, se
         if max_tokens is not None and max_tokens < seq_len:
             raise ArgumentError(f"max_tokens={max_tokens} is smaller than one row of "
                                 f"seq_len={seq_len}")
-    if layout == "packed" and max_tokens is not None and \
+    if layout in ("packed", "padded") and max_tokens is not None and \
             max_tokens < pad_to_multiple_of:
         raise ArgumentError(f"max_tokens={max_tokens} is smaller than "
                             f"pad_to_multiple_of={pad_to_multiple_of}")

@@ -110,14 +110,18 @@ def check_fits_padded(lengths: np.ndarray, max_tokens: int, pad_multiple: int,
                       docs: np.ndarray | None = None) -> None:
     """Padded rows never split documents: each must fit the budget on its own (`docs`: the
     document of each length, if not its position)."""
-    too_long = np.flatnonzero(round_up(lengths.astype(np.int64), pad_multiple) > max_tokens)
+    padded = round_up(lengths.astype(np.int64), pad_multiple)
+    too_long = np.flatnonzero(padded > max_tokens)
     if len(too_long):
         i = int(too_long[0])
         d = i if docs is None else int(docs[i])
+        rounded = (f" ({int(padded[i])} padded to a multiple of {pad_multiple})"
+                   if padded[i] != lengths[i] else "")
         raise ArgumentError(
-            f"document {d} has {int(lengths[i])} tokens, more than max_tokens={max_tokens} in "
-            "layout='padded'; raise max_tokens, or use layout='packed' or 'fixed' (they split "
-            "long documents)")
+            f"document {d} has {int(lengths[i])} tokens{rounded}, more than "
+            f"max_tokens={max_tokens} in layout='padded'; pass overflow='truncate' (keep its "
+            "first tokens) or overflow='drop' (leave it out), raise max_tokens, or use "
+            "layout='packed' or 'fixed' (they split long documents)")
 
 
 def plan_padded(pieces: Pieces, max_tokens: int, pad_multiple: int, batch_size: int | None,

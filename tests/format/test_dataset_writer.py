@@ -76,6 +76,19 @@ def test_every_column_type_comes_back_as_written(tmp_path: Path, fmt: str) -> No
     assert verify(out)[1] == []
 
 
+@pytest.mark.parametrize("fmt", ["arrow", "msgpack"])
+def test_a_float_reads_back_as_its_column_stores_it(tmp_path: Path, fmt: str) -> None:
+    """0.1 in a float32 column is float32's 0.1, whether read by row or by column: a msgpack
+    row keeps the value beside the typed column, rounded as the column is."""
+    with dp.DatasetWriter(tmp_path / "out", {"single": "float32", "half": "float16"},
+                          shard_format=fmt) as writer:
+        writer.write({"single": 0.1, "half": 1 / 3})
+    with dp.Dataset(tmp_path / "out") as ds:
+        row = ds[0]
+        assert row["single"] == float(np.float32(0.1)) == ds.cells("single", [0])[0]
+        assert row["half"] == float(np.float16(1 / 3)) == ds.cells("half", [0])[0]
+
+
 def test_the_same_samples_make_the_shard_bytes_the_converter_makes(tmp_path: Path) -> None:
     """One writer, not two: a converted dataset's samples written again through
     DatasetWriter give byte-identical shards, in both formats."""

@@ -169,3 +169,35 @@ def test_verify_of_a_url_names_an_object_whose_bytes_changed(datasets: dict, tmp
     assert result.code == 1
     assert f"{url}/{name}: content hash differs from the manifest\n" in result.err, result.err
     assert not list((tmp_path / "cache").rglob(name))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("kind", ["images", "text"])
+def test_verify_names_a_manifest_whose_num_samples_is_not_its_shards_rows(
+        datasets: dict, tmp_path: Path, cli, fmt: str, kind: str) -> None:
+    """Readers count the shards' rows and never read num_samples: every hash and shard is
+    intact, and only verify can say that the manifest's own count is wrong."""
+    rows = sum(s["rows"] for s in json.loads(
+        (datasets[kind, fmt] / "manifest.json").read_text())["shards"])
+    out = _edited(datasets[kind, fmt], tmp_path / "ds",
+                  lambda manifest: manifest.update(num_samples=manifest["num_samples"] + 5))
+    shards = len(json.loads((out / "manifest.json").read_text())["shards"])
+    result = cli("verify", out)
+    assert result.code == 1, result
+    assert result.err.splitlines() == [
+        f"{out}/manifest.json: num_samples is {rows + 5}, but its {shards} shards hold {rows} "
+        "samples (the sum of their rows)",
+        f"{out}: the manifest is wrong; its {shards} shards are intact"]
+    with Dataset(out) as ds:
+        assert len(ds) == rows
+
+
+def test_verify_of_a_url_names_a_wrong_num_samples(datasets: dict, tmp_path: Path,
+                                                   s3_bucket: str, cli) -> None:
+    out = _edited(datasets["images", "arrow"], tmp_path / "ds",
+                  lambda manifest: manifest.update(num_samples="nine"))
+    url = f"{s3_bucket}/ds"
+    upload_directory(out, url)
+    result = cli("verify", url)
+    assert result.code == 1 and f"{url}/manifest.json: num_samples is 'nine', but its " \
+        in result.err, result.err

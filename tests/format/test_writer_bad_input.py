@@ -12,6 +12,7 @@ import pytest
 
 import datapipe as dp
 from datapipe.errors import ArgumentError, DataError
+from datapipe.format import Column
 from tests.imagegen import jpeg_bytes, noise_image
 
 
@@ -93,6 +94,10 @@ SAMPLE_MISTAKES = [
     ({"ids": [70000]}, "column 'ids': holds 70000, out of the range of uint16"),
     ({"ids": np.zeros((2, 2), np.uint16)}, r"column 'ids': has shape \(2, 2\); the column "
                                            r"holds 1-D uint16 arrays"),
+    ({"score": 1e40}, r"column 'score': 1e\+40 is out of the range of float32 \(at most "
+                      r"±3.402823e\+38; it would be stored as inf\)"),
+    ({"score": 10**400}, r"column 'score': int 1000000000.* is out of the range of float32"),
+    ({"vec": [0.0, -1e39, 1.0]}, r"column 'vec': holds -1e\+39, out of the range of float32"),
 ]
 
 
@@ -132,3 +137,74 @@ def test_pixels_must_be_an_rgb_uint8_array(tmp_path: Path) -> None:
                                                 r"RGB pixels, a uint8 array of shape"):
                 writer.write({"image": bad})
     assert writer.manifest.settings["encoding"] == "raw"
+
+
+# (column type, value, what it must be stored as: None where it is refused)
+FLOATS_AS_GIVEN = [
+    ("float16", 1e6, None),
+    ("float16", 65520.0, None),  # rounds to inf: the first value past float16's range
+    ("float16", 65519.0, 65504.0),  # rounds to float16's largest
+    ("float16", np.int32(70000), None),
+    ("float16", -np.float32(1e5), None),
+    ("float32", np.float64(1e40), None),
+    ("float32", 3.4e38, float(np.float32(3.4e38))),
+    ("float32", float("inf"), float("inf")),  # inf and nan given as such are stored as such
+    ("float32", float("-inf"), float("-inf")),
+    ("float64", 10**308, 1e308),
+    ("float64", 10**309, None),
+    ("float16[]", np.array([1.0, 1e5], np.float32), None),
+    ("float16[]", np.array([np.nan, 7e4, 1.0]), None),  # the nan does not hide 7e4
+    ("float16[]", np.array([np.nan, np.inf, 65504.0]), [np.nan, np.inf, 65504.0]),
+    ("float16[]", np.array([100000], np.int64), None),
+    ("float16[]", np.array([-32768, 2048], np.int16), [-32768.0, 2048.0]),
+    ("float32[2]", [1e39, 0.0], None),
+    ("float32[2,1]", [[-np.inf], [3.0]], [-np.inf, 3.0]),
+]
+
+
+@pytest.mark.parametrize(("kind", "value", "stored"), FLOATS_AS_GIVEN,
+                         ids=[f"{k}-{v!r}"[:40] for k, v, _ in FLOATS_AS_GIVEN])
+def test_a_float_is_stored_as_given_or_refused_naming_sample_and_column(
+        tmp_path: Path, kind: str, value: Any, stored: Any) -> None:
+    """A finite number too large for its column would be stored as inf (numpy's cast, with a
+    warning naming nothing): it is refused as an int out of range is."""
+    column = Column("x", kind)
+    with dp.DatasetWriter(tmp_path / "out", {"x": kind}) as writer:
+        writer.write({"x": 1 if column.is_scalar else np.ones(column.shape or 1)})
+        if stored is None:
+            with pytest.raises(DataError, match=r"sample 1, column 'x': .*out of the range of "
+                                                r"float") as refused:
+                writer.write({"x": value})
+            assert "\n" not in str(refused.value)
+        else:
+            writer.write({"x": value})
+    with dp.Dataset(tmp_path / "out") as ds:
+        assert len(ds) == (1 if stored is None else 2)
+        if stored is not None:
+            np.testing.assert_array_equal(np.ravel(ds[1]["x"]).astype(np.float64),
+                                          np.ravel(stored))
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "msgpack"])
+def test_shards_written_before_a_refused_float_stay_whole(tmp_path: Path, fmt: str) -> None:
+    """The samples before and after a refused one are all there, in shards that verify."""
+    from datapipe.inspection import verify
+
+    columns = {"score": "float32", "vec": "float16[4]"}
+    with dp.DatasetWriter(tmp_path / "out", columns, shard_format=fmt,
+                          shard_size="1KB") as writer:
+        writer.write_all({"score": i / 3, "vec": np.full(4, i, np.float64)} for i in range(200))
+        finished = list((tmp_path / "out").glob("shard-*"))
+        with pytest.raises(DataError, match=r"sample 200, column 'vec': holds 100000, out "
+                                            r"of the range of float16"):
+            writer.write({"score": 1.0, "vec": [1.0, 1e5, 0.0, 0.0]})
+        with pytest.raises(DataError, match=r"sample 201, column 'score': 1e\+39"):
+            writer.write({"score": 1e39, "vec": np.zeros(4)})
+        writer.write({"score": -1.0, "vec": np.zeros(4)})
+    assert len(finished) > 1
+    manifest, problems = verify(tmp_path / "out")
+    assert problems == [] and manifest.num_samples == 201
+    with dp.Dataset(tmp_path / "out") as ds:
+        assert [float(ds[i]["score"]) for i in (0, 3, 199, 200)] == \
+            [0.0, 1.0, float(np.float32(199 / 3)), -1.0]
+        assert ds[150]["vec"].tolist() == [150.0] * 4

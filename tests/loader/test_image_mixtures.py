@@ -243,3 +243,129 @@ def test_local_and_s3_datasets_mix(data: dict[str, Path], s3_bucket: str) -> Non
                    num_workers=2, transform=CROP, weights=[6, 3, 1]) as remote, \
             mix(data, num_workers=2) as local:
         assert samples(list(remote)) == samples(list(local))
+
+
+PETS, WILD = ("cat", "dog"), ("ant", "dog", "emu")
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two converted ImageFolders whose classes differ: pets (cat, dog: 5 each) and wild (ant,
+    dog, emu: 3 each), so "dog" is label 1 in both and the union renumbers both."""
+    root = tmp_path_factory.mktemp("zoo")
+    out = {}
+    for name, classes, per_class in (("pets", PETS, 5), ("wild", WILD, 3)):
+        src = make_image_folder(root / f"src-{name}", classes=len(classes), per_class=per_class,
+                                size=(24, 24), seed=len(name))
+        for c, folder in enumerate(classes):
+            (src / f"class_{c}").rename(src / folder)
+        convert("images", src, root / name, "--short-side", "16", "--shard-size", "4KB")
+        out[name] = root / name
+    return out
+
+
+def _class_names(batches: list[dict[str, Any]], classes: tuple[str, ...],
+                 zoo: dict[str, Path]) -> list[tuple[str, str]]:
+    """(the class a batch's label names in `classes`, the class its dataset stores) per sample."""
+    stored = {}
+    for s, (name, own) in enumerate((("pets", PETS), ("wild", WILD))):
+        with Dataset(zoo[name]) as ds:
+            stored[s] = [own[label] for label in ds.scalar("label").tolist()]
+    return [(classes[label], stored[s][i]) for b in batches for s, i, label in
+            zip(b["source"].tolist(), b["index"].tolist(), b["label"].tolist(), strict=True)]
+
+
+@pytest.mark.parametrize(("decode", "num_workers"), [("cpu", 0), ("cpu", 2), ("dali", 0)])
+def test_datasets_with_other_classes_mix_under_their_union(zoo: dict[str, Path], decode: str,
+                                                           num_workers: int) -> None:
+    if decode == "dali":
+        pytest.importorskip("nvidia.dali")  # on a machine without CUDA: DALI's CPU pipeline
+    with dp.Loader(zoo, batch_size=4, num_workers=num_workers, transform=CROP, decode=decode,
+                   classes="union") as loader:
+        assert loader.classes == ("ant", "cat", "dog", "emu")
+        batches = list(loader)
+    named = _class_names(batches, loader.classes, zoo)
+    assert len(named) == 19 and all(label == own for label, own in named)
+    dogs = {int(label) for b in batches for s, label in zip(b["source"].tolist(),
+                                                            b["label"].tolist(), strict=True)
+            if loader.classes[label] == "dog"}
+    assert dogs == {2}, "a dog is label 2 from either dataset"
+
+
+def test_a_class_list_of_ones_own_renumbers_every_dataset_to_it(zoo: dict[str, Path],
+                                                                 data: dict[str, Path]) -> None:
+    head = ("dog", "emu", "bird", "cat", "ant")  # a model's classes, in its order
+    with dp.Loader([zoo["pets"], zoo["wild"]], batch_size=5, num_workers=2, transform=CROP,
+                   classes=head) as loader:
+        assert loader.classes == head
+        named = _class_names(list(loader), head, zoo)
+    assert len(named) == 19 and all(label == own for label, own in named)
+    with dp.Loader(zoo["wild"], batch_size=9, num_workers=0, transform=CROP) as plain, \
+            mix(data) as alike:
+        assert plain.classes == WILD and alike.classes == ("class_0", "class_1")
+    with dp.Loader(zoo["wild"], batch_size=9, num_workers=0, transform=CROP,
+                   classes=head) as one, Dataset(zoo["wild"]) as ds:
+        batch = next(iter(one))
+        stored = ds.scalar("label")[batch["index"].numpy()]
+        assert [head[x] for x in batch["label"].tolist()] == [WILD[x] for x in stored]
+
+
+def test_resume_of_a_relabelled_mixture_is_exact(zoo: dict[str, Path]) -> None:
+    def make() -> dp.Loader:
+        return dp.Loader(zoo, batch_size=4, num_workers=0, transform=CROP, classes="union",
+                         weights=[1, 1], epoch_size=16)
+
+    check_resume_at_every_step(make, epoch=1)
+    with make() as first:
+        it = iter(first)
+        next(it)
+        state = json.loads(json.dumps(first.state_dict()))
+    with make() as second:
+        second.load_state_dict(state)
+        rest = list(second)
+    named = _class_names(rest, second.classes, zoo)
+    assert len(named) == 12 and all(label == own for label, own in named)
+
+
+def test_other_classes_are_refused_naming_the_option_and_lists_that_cannot_be_used(
+        zoo: dict[str, Path], data: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(ArgumentError, match=r"pets and .*wild cannot be mixed: classes .*'2: "
+                                            r"cat, dog' vs '3: ant, dog, emu'; pass "
+                                            r"classes='union' .* or classes=\[...\]") as info:
+        dp.Loader([zoo["pets"], zoo["wild"]], batch_size=4, num_workers=0, transform=CROP)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ArgumentError, match=r"classes: .*wild has class 'ant', which the list "
+                                            r"given lacks \(2 of its classes"):
+        dp.Loader(zoo, batch_size=4, num_workers=0, transform=CROP, classes=["cat", "dog"])
+    for wrong in ("all", [], ["cat", 3], 7):
+        with pytest.raises(ArgumentError, match="classes: give 'union' or a list"):
+            dp.Loader(zoo, batch_size=4, num_workers=0, transform=CROP, classes=wrong)
+    with pytest.raises(ArgumentError, match="classes: 'dog' is given twice"):
+        dp.Loader(zoo, batch_size=4, num_workers=0, transform=CROP, classes=["dog", "dog"])
+    unlabelled = tmp_path / "unlabelled"
+    with dp.DatasetWriter(unlabelled, {"image": "jpeg"}) as writer:
+        writer.write({"image": (zoo["pets"].parent / "src-pets" / "cat" / "img_000.jpg")
+                      .read_bytes()})
+    with pytest.raises(ArgumentError, match=r"classes: .*unlabelled has no class names"):
+        dp.Loader([zoo["pets"], unlabelled], batch_size=4, num_workers=0, transform=CROP,
+                  classes="union")
+
+
+def test_classes_that_differ_past_the_names_shown_are_refused(tmp_path: Path) -> None:
+    """Four classes each, the first three alike: the lists differ, and the message says where."""
+    make_image_folder(tmp_path / "src", classes=1, per_class=1, size=(24, 24))
+    image = next((tmp_path / "src").rglob("*.jpg")).read_bytes()
+    paths = []
+    for last in ("dog", "emu"):
+        path = tmp_path / last
+        with dp.DatasetWriter(path, {"image": "jpeg", "label": "int64"},
+                              classes=["ant", "bee", "cat", last]) as writer:
+            writer.write({"image": image, "label": 3})
+        paths.append(path)
+    with pytest.raises(ArgumentError, match=r"'4: ant, bee, cat, ...' vs '4: ant, bee, cat, "
+                                            r"...' \(label 3: 'dog' vs 'emu'\)"):
+        dp.Loader(paths, batch_size=2, num_workers=0, transform=CROP)
+    with dp.Loader(paths, batch_size=2, num_workers=0, transform=CROP, shuffle=False,
+                   classes="union") as loader:
+        assert loader.classes == ("ant", "bee", "cat", "dog", "emu")
+        assert next(iter(loader))["label"].tolist() == [3, 4]

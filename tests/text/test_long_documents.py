@@ -121,3 +121,28 @@ def test_caps_that_cannot_hold_are_refused(corpus) -> None:
     for options, message in cases:
         with pytest.raises(ArgumentError, match=message):
             dp.TokenLoader(path, **options)
+
+
+def test_padded_refusal_of_a_long_document_names_overflow_and_the_option_works(corpus) -> None:
+    """The message names what to pass; passing it (without max_seq_len, with rows padded to a
+    multiple that max_tokens is not) gives batches within the budget."""
+    path, documents = corpus
+    with pytest.raises(ArgumentError, match=r"document 3 has 130 tokens \(136 padded to a "
+                                            r"multiple of 8\), more than max_tokens=100 in "
+                                            r"layout='padded'; pass overflow='truncate'") as info:
+        dp.TokenLoader(path, max_tokens=100, layout="padded", pad_to_multiple_of=8)
+    assert "overflow='drop'" in str(info.value) and "\n" not in str(info.value)
+    for overflow in ("truncate", "drop"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            loader = dp.TokenLoader(path, max_tokens=100, layout="padded", pad_to_multiple_of=8,
+                                    overflow=overflow, shuffle=False)
+        with loader:
+            batches = list(loader)
+        assert all(b["input_ids"].numel() <= 100 for b in batches)
+        kept = sorted(d for b in batches for d in b["index"].tolist())
+        assert kept == [d for d, n in enumerate(LENGTHS) if overflow == "truncate" or n <= 96]
+        for batch in batches:  # a truncated document is its first 96 tokens
+            for row, doc in enumerate(batch["index"].tolist()):
+                n = min(LENGTHS[doc], 96)
+                assert batch["input_ids"][row, :n].tolist() == documents[doc][:n].tolist()
