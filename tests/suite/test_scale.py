@@ -147,10 +147,15 @@ def test_goals_and_extrapolation_read_the_slope() -> None:
     assert r8[1:] == ["1,000.20", "1,000.20", "95,568", "1.00", "100.00"]
     assert w1[1:4] == ["0.20", "55.75", "200"]  # never below the last figure measured
     result.meta["goal_sizes"]["tokens"] = 10**8
-    assert scale_report.goal_lines(result, "tokens")[0] == (
+    lines = scale_report.goal_lines(result, "tokens")
+    assert lines[0] == (
         "first batch ≤ 1 s at 100,000,000 documents: tokens-w1 not measured (at 1,000,000: "
         "0.20; extrapolated: 0.20), tokens-r0of8 not measured (at 1,000,000: 1.20; "
         "extrapolated: 100.20)")
+    assert lines[2] == (
+        "private memory at 100,000,000 ≤ 300 MB beyond that at 100,000: tokens-w1 not measured "
+        "(at 1,000,000: +0 MB; extrapolated: +0 MB), tokens-r0of8 not measured (at 1,000,000: "
+        "+86 MB; extrapolated: +9,527 MB)")
 
 
 def test_before_runs_datapipes_rows_from_another_checkout(tmp_path: Path) -> None:

@@ -25,9 +25,6 @@ LOADERS = {"tokens": "TokenLoader", "images": "Loader"}
 CHART_COLOURS = {"w1": OURS_COLOUR, "r0of8": "#1b9e77", "memmap": PEER_COLOUR}
 
 
-# ---------------------------------------------------------------- the report
-
-
 def panels(result: GroupResult) -> list[Panel]:
     """One panel per loader: the rows' first batch at the largest size measured, the goals
     in its job line."""
@@ -88,12 +85,11 @@ def values(outcome: Outcome, n: int | None, key: str) -> list[float]:
 
 
 def median_at(outcome: Outcome, n: int, key: str) -> float | None:
-    found = values(outcome, n, key)
-    return statistics.median(found) if found else None
+    return statistics.median(found) if (found := values(outcome, n, key)) else None
 
 
 def rows_of(result: GroupResult, part: str) -> list[Peer]:
-    return [p for p in result.peers if p.tag == part]
+    return [p for p in result.peers if p.tag == part]  # in order, --before's included
 
 
 def measured(result: GroupResult, name: str, key: str) -> list[tuple[int, float]]:
@@ -140,8 +136,8 @@ def at_size(result: GroupResult, name: str, key: str, n: int) -> str:
     if not points:
         return result.outcomes[name].status
     guess = extrapolate(points, n)
-    return (f"not measured (at {points[-1][0]:,}: {points[-1][1]:.2f}" +
-            (f"; extrapolated: {guess:,.2f}" if guess is not None else "") + ")")
+    extrapolated = f"; extrapolated: {guess:,.2f}" if guess is not None else ""
+    return f"not measured (at {points[-1][0]:,}: {points[-1][1]:.2f}{extrapolated})"
 
 
 def goal_lines(result: GroupResult, part: str) -> list[str]:
@@ -155,21 +151,29 @@ def goal_lines(result: GroupResult, part: str) -> list[str]:
                  for p in ours]
         lines.append(f"{what} ≤ {GOAL_SECONDS:g} s at {target:,} {UNITS[part]}: "
                      + ", ".join(parts))
-    growth = []
-    for p in ours:
-        points = dict(measured(result, p.name, "memory_mb"))
-        grown = points[target] - points[sizes[0]] if target in points and sizes[0] in points \
-            else None
-        growth.append(f"{p.name} " + (f"{grown:+,.0f} MB" if grown is not None else "not "
-                                      "measured") + verdict(grown, GOAL_GROWTH_MB))
+    growth = [f"{p.name} {growth_at(result, p.name, sizes[0], target)}" for p in ours]
     lines.append(f"private memory at {target:,} ≤ {GOAL_GROWTH_MB:g} MB beyond that at "
                  f"{sizes[0]:,}: " + ", ".join(growth))
     return [*lines, *[rank_line(result, one, p.name) for p in ours
                       if (one := p.name.replace("r0of8", "w1")) != p.name]]
 
 
+def growth_at(result: GroupResult, name: str, first: int, target: int) -> str:
+    """A row's memory at `target` beyond that at `first`, judged; or where it stopped and the
+    extrapolation to `target`."""
+    points = measured(result, name, "memory_mb")
+    base, found = dict(points).get(first), dict(points).get(target)
+    if base is None:
+        return "not measured"
+    if found is not None:
+        return f"{found - base:+,.0f} MB" + verdict(found - base, GOAL_GROWTH_MB)
+    guess = extrapolate(points, target)
+    return (f"not measured (at {points[-1][0]:,}: {points[-1][1] - base:+,.0f} MB" +
+            (f"; extrapolated: {guess - base:+,.0f} MB" if guess is not None else "") + ")")
+
+
 def verdict(value: float | None, most: float) -> str:
-    return "" if value is None else " (met)" if value <= most else " (NOT met)"
+    return "" if value is None else f" ({'met' if value <= most else 'NOT met'})"
 
 
 def rank_line(result: GroupResult, one: str, eight: str) -> str:
