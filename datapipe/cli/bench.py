@@ -17,7 +17,7 @@ from datapipe.cli.common import CONTEXT, cache_options
 from datapipe.errors import ArgumentError
 from datapipe.wording import plural
 
-SUITES = ("images", "text", "convert", "gpu", "mixture", "all")
+SUITES = ("images", "text", "convert", "gpu", "mixture", "scale", "all")
 
 
 @click.command("bench", context_settings=CONTEXT)
@@ -104,7 +104,7 @@ def _echo_ceiling(location: str, workers: int, crop: int, result: Any, batch_siz
                options_metavar=f"--suite [{'|'.join(SUITES)}] [OPTIONS]")
 @click.option("--suite", type=click.Choice(SUITES), required=True,
               help="Which suite: datapipe and every installed peer side by side on generated "
-              "data; all: every suite.")
+              "data; all: every suite but scale (start-up and memory against corpus size).")
 @click.option("--workers", default=0, type=click.IntRange(min=0),
               help="Worker processes of every tool; 0 = all cores.")
 @click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1),
@@ -121,6 +121,9 @@ def _echo_ceiling(location: str, workers: int, crop: int, result: Any, batch_siz
 @click.option("--data", default="bench-data", show_default=True,
               type=click.Path(file_okay=False),
               help="Where generated inputs and converted forms are kept for later runs.")
+@click.option("--scale-max", default=10**8, show_default=True, type=int,
+              help="The scale suite's largest corpus: its documents (a power of ten from "
+              "100000); images stop at 10000000.")
 @click.option("--before", type=click.Path(file_okay=False, exists=True),
               help="Another datapipe checkout (built): datapipe's own tools also run from it, "
               "in the same rounds, as '... (--before)'.")
@@ -130,14 +133,14 @@ def _echo_ceiling(location: str, workers: int, crop: int, result: Any, batch_siz
               help="Also rewrite the benchmark region of README.md in this folder, and "
               "docs/bench/*.png beside it.")
 def bench_suite(suite: str, workers: int, repeats: int, photos: int, text_mb: int, skip: str,
-                out: str, data: str, before: str | None, smoke: bool, readme: bool) -> None:
+                out: str, data: str, scale_max: int, before: str | None, smoke: bool,
+                readme: bool) -> None:
     """Run datapipe against its peers, written to --out as Markdown, JSON and charts."""
-    from datapipe.suite import SUITES as GROUPS
-    from datapipe.suite import Options, parse_skip, run
+    from datapipe.suite import ALL_SUITES, Options, parse_skip, run
 
-    suites = GROUPS if suite == "all" else (suite,)
+    suites = ALL_SUITES if suite == "all" else (suite,)
     more = {"skip": parse_skip(skip), "before": Path(before) if before else None,
-            "readme": Path("README.md") if readme else None}
+            "readme": Path("README.md") if readme else None, "scale_max": scale_max}
     if smoke:
         options = Options.smoke_test(suites, Path(out), workers or 2, Path(data), **more)
     else:

@@ -8,7 +8,7 @@ runner (`datapipe.suite.runner`) measures them all the same way.
 
 from __future__ import annotations
 
-from datapipe.suite.options import SUITES, Options, parse_skip
+from datapipe.suite.options import ALL_SUITES, SUITES, Options, parse_skip
 from datapipe.suite.suite import run
 
-__all__ = ["SUITES", "Options", "parse_skip", "run"]
+__all__ = ["ALL_SUITES", "SUITES", "Options", "parse_skip", "run"]

@@ -53,7 +53,8 @@ def test_bench_help_shows_both_forms_and_each_form_its_own(cli) -> None:
     both = cli("bench", "--help")
     assert both.code == 0
     assert "Usage: datapipe bench [OPTIONS] DATASET\n" in both.out
-    assert "datapipe bench --suite [images|text|convert|gpu|mixture|all] [OPTIONS]\n" in both.out
+    assert "datapipe bench --suite [images|text|convert|gpu|mixture|scale|all]\n" \
+        "                      [OPTIONS]\n" in both.out
     with_dataset, with_suite = both.out.split("Options with --suite:")
     assert "Options with a DATASET:" in with_dataset
     assert "--epochs" in with_dataset and "--repeats" not in with_dataset
@@ -88,6 +89,9 @@ def test_the_suite_form_reaches_the_suite_with_its_options(
                              skip=frozenset({"dali", "images:torch"}))]
     assert cli("bench", "--suite", "text", "--smoke").code == 3
     assert calls[1] == Options.smoke_test(("text",), Path("bench-results"), 2)
+    # --suite all leaves scale out (its corpora take GBs, its runs minutes): named, it runs.
+    assert cli("bench", "--suite", "scale", "--scale-max", "1000000").code == 3
+    assert calls[2] == Options(("scale",), scale_max=10**6)
     refused = cli("bench", "--suite", "images", "--smoke", "--readme")
     assert refused.code == 2 and refused.err.count("\n") == 1
     assert "--readme with --smoke" in refused.err
