@@ -91,7 +91,7 @@ def test_a_document_too_long_for_a_tokenizer_that_cannot_cut_it_is_a_reject(
     out = tmp_path / "out"
     result = cli("convert", "text", src, out, "--tokenizer", tokenizer)
     assert result.code == 0, result.err
-    assert "rejected 1 inputs" in result.out
+    assert "rejected 1 input," in result.out
     [reject] = _rejects(out)
     assert reject["source"] == f"{src}:2"
     assert f"a document of {len(long_text):,} characters" in reject["reason"]
