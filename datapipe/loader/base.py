@@ -11,6 +11,7 @@ from typing import Any
 
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
+from datapipe.loader.batch_loop import Plan
 from datapipe.loader.distributed import check_group_unchanged
 from datapipe.loader.lifetime import close_at_exit
 from datapipe.loader.passes import OneThreadIterator, PassGuard
@@ -228,16 +229,16 @@ class LoaderBase:
         forked = self._prefetch_position
         return forked is None or forked.lineage(epoch) != self._position.lineage(epoch)
 
-    def _handed_out(self, b: int, num_batches: int) -> None:
+    def _handed_out(self, b: int, plan: Plan) -> None:
         """Count batch b as delivered: positions count what the caller got, not what was
         built ahead."""
         self._position.batches_done = b + 1
-        self._position.epoch_finished = b + 1 == num_batches
+        self._position.epoch_finished = plan.is_last(b)
         if self._prefetcher is not None:
             self._prefetcher.advance(self._position.epoch, b + 1)
 
-    def _finish_empty(self, start: int, num_batches: int) -> None:
-        if start == num_batches:
+    def _finish_empty(self, start: int, plan: Plan) -> None:
+        if not plan.has(start):
             self._position.epoch_finished = True
 
     def forget_inherited(self) -> None:

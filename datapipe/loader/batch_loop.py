@@ -20,9 +20,12 @@ from datapipe.loader.workers import SPARE_SLOTS, BatchBuilder, BatchTask, Worker
 
 
 class Plan(Protocol):
-    """What a producer needs of an epoch plan."""
+    """What a producer needs of an epoch plan. A plan need not know its length up front (a
+    token plan finds its end when it plans its last window): the producer asks `has(b)`."""
 
-    def __len__(self) -> int: ...
+    def has(self, b: int) -> bool: ...
+
+    def is_last(self, b: int) -> bool: ...
 
     def batch(self, b: int) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -69,8 +72,9 @@ class BatchProducer:
     def batches(self, plan: Plan, epoch: int, start: int,
                 upcoming: Callable[[], tuple[Plan, int]] | None = None,
                 ) -> Iterator[tuple[dict, torch.Tensor]]:
-        """Yield (metadata, slot) for batches start..len(plan)-1. The slot is a uint8 tensor
-        over the batch's bytes; it is not reused while it, or a view of it, is alive.
+        """Yield (metadata, slot) for batches start, start + 1, ... while the plan has them.
+        The slot is a uint8 tensor over the batch's bytes; it is not reused while it, or a
+        view of it, is alive.
 
         `upcoming()` names the plan and epoch most likely to follow: once this epoch is fully
         submitted, free workers start on it, so a new epoch does not begin with an empty queue.
@@ -84,17 +88,19 @@ class BatchProducer:
                                                                            pool)
         following: _Stream | None = None
         try:
-            for b in range(start, len(plan)):
+            b = start
+            while plan.has(b):
                 following = self._top_up(pool, current, following, upcoming)
                 ready = pool.ready_count()
                 meta, slot = pool.result(current.generation, b)
                 self._in_flight -= 1
                 meta["queue"] = {"ready": ready, "capacity": pool.capacity}
-                if b == len(plan) - 1:
+                if plan.is_last(b):
                     # Now, not after the loop: a caller that knows len() (Lightning) never
                     # asks past the last batch, and the next epoch's work would be dropped.
                     self._carry = following
                 yield meta, slot
+                b += 1
         finally:
             if not self.persistent:
                 self.close()
@@ -116,12 +122,12 @@ class BatchProducer:
                 upcoming: Callable[[], tuple[Plan, int]] | None) -> _Stream | None:
         """Submit until `capacity` tasks are in flight: this epoch first, then the next."""
         while self._in_flight < pool.capacity:
-            if current.next_batch < len(current.plan):
+            if current.plan.has(current.next_batch):
                 stream = current
             elif upcoming is not None:
                 if following is None:
                     following = _Stream(*upcoming(), next(_generations), 0)
-                if following.next_batch >= len(following.plan):
+                if not following.plan.has(following.next_batch):
                     break
                 stream = following
             else:
@@ -134,11 +140,13 @@ class BatchProducer:
 
     def _inline(self, plan: Plan, epoch: int, start: int) -> Iterator[tuple[dict, Any]]:
         self._builder = self._builder or self.make_builder()
-        for b in range(start, len(plan)):
+        b = start
+        while plan.has(b):
             buffer = torch.empty(self.slot_nbytes, dtype=torch.uint8)
             meta = self._builder.build(_task(plan, -1, b, epoch), buffer.numpy())
             meta["queue"] = {"ready": 0, "capacity": 0}
             yield meta, buffer
+            b += 1
 
     def _start_pool(self) -> WorkerPool:
         self.started_at = time.perf_counter()

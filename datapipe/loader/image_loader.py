@@ -252,9 +252,9 @@ class Loader(LoaderBase):
             # "transform": the photometric ops; each BatchStep is a stage of its own.
             transform = time.perf_counter() - t0 - sum(stages.values())
             self._report(b, transform=transform, **stages, **self._feed.take_stages(b))
-            self._handed_out(b, len(plan))
+            self._handed_out(b, plan)
             yield batch
-        self._finish_empty(start, len(plan))
+        self._finish_empty(start, plan)
         self._report_skips()
 
     def _transform(self, batch: dict[str, Any], epoch: int, b: int) -> dict[str, float]:

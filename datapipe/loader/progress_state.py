@@ -13,10 +13,10 @@ from datapipe.format.manifest import Manifest
 from datapipe.loader.arguments import check_counter
 from datapipe.sampling.elastic import Remainder, Segment, follow, is_count, parse_lineage
 
-STATE_VERSION = 1
-# A state with segments (an epoch resumed at another world size) says version 2, so that a
-# datapipe that knows no segments refuses it instead of misreading its counters.
-ELASTIC_STATE_VERSION = 2
+# Version 3: orders computed per position (a keyed shuffle; token plans a window at a time).
+# States of versions 1 and 2 name positions in the whole-epoch orders before it: refused.
+STATE_VERSION = 3
+_OLD_PLANNER_VERSIONS = (1, 2)
 # Identity entries that states saved by older versions lack: accepted when missing.
 _ADDED_LATER = ("manifest", "bucket_batches", "pack_window")
 # Identity entries a state may be loaded across: the position they name is a global one.
@@ -96,7 +96,6 @@ def make_state(position: LoaderPosition, identity: dict[str, Any]) -> dict[str, 
              "batches_done": position.batches_done, "epoch_finished": position.epoch_finished,
              "identity": identity}
     if position.segments:
-        state["version"] = ELASTIC_STATE_VERSION
         state["segments"] = [s.to_json() for s in position.segments]
     return state
 
@@ -113,7 +112,12 @@ def restore_position(state: dict[str, Any], identity: dict[str, Any],
     the saved world drew becomes one more segment, and this world begins what is left.
     """
     version = state.get("version") if isinstance(state, dict) else None
-    if version not in (STATE_VERSION, ELASTIC_STATE_VERSION):
+    if version in _OLD_PLANNER_VERSIONS:
+        raise ArgumentError(f"load_state_dict: the state (version {version}) was saved by a "
+                            "datapipe whose sample order differs from this one's; it cannot be "
+                            "continued exactly: start its epoch over (set_epoch) or finish the "
+                            "run with the version that saved it")
+    if version != STATE_VERSION:
         raise ArgumentError(f"load_state_dict: not a datapipe loader state (version "
                             f"{version!r})")
     _check_identity(state.get("identity"), identity, ("weights",) if reweighted else ())
@@ -126,12 +130,12 @@ def restore_position(state: dict[str, Any], identity: dict[str, Any],
     saved_world = _saved_world(state["identity"])
     lineage = parse_lineage(state.get("segments"))
     rest = follow(epoch_start(epoch), lineage, epoch)
-    total = rest.batches_per_rank(saved_world)
-    if done > total or (finished and done != total):
+    if not rest.has_batches(saved_world, done) or \
+            (finished and rest.has_batches(saved_world, done + 1)):
         where = f" (after {len(lineage)} earlier segments)" if lineage else ""
         raise ArgumentError(f"load_state_dict: the state says {done} batches of epoch {epoch} "
                             f"were done{' (all of them)' if finished else ''}, but that epoch "
-                            f"has {total}{where}")
+                            f"has {rest.batches_per_rank(saved_world)}{where}")
     position = _position_at(identity["world_size"], saved_world, epoch, done, finished, lineage,
                             lambda: epoch_start(epoch))
     position.restored = True

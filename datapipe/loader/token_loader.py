@@ -26,16 +26,21 @@ from datapipe.loader.extra_columns import choose as extra_column_names
 from datapipe.loader.mixing import check_mixture_arguments, describe
 from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.loader.token_batches import LOSS_MASK, TokenBatchBuilder, split_slot
-from datapipe.loader.token_mixing import TokenMixing, single_source_progress, step_unit
+from datapipe.loader.token_mixing import TokenMixing, step_unit
 from datapipe.loader.token_plans import (
     RankTokenPlan,
+    WindowedRankPlan,
     aligned_columns,
     check_layout,
     check_text_dataset,
     overflow_policy,
+    parse_cursor,
+    plan_window_size,
 )
+from datapipe.sampling.elastic import follow
+from datapipe.sampling.index_shuffle import IndexShuffle
 from datapipe.sampling.mixture_weights import ScheduleArg
-from datapipe.sampling.order import epoch_permutation
+from datapipe.sampling.token_windows import TokenStream, TokenWindows
 from datapipe.sampling.tokens import (
     Pieces,
     TokenPlan,
@@ -47,7 +52,7 @@ from datapipe.sampling.tokens import (
 )
 from datapipe.text.collate import CollateOptions, Gathered, collate
 from datapipe.text.fields import OPTIONAL_FIELDS, resolve
-from datapipe.text.index import document_lengths
+from datapipe.text.index import LengthSummary, length_index
 
 # The keys of a batch, per layout (see datapipe.text.collate), for `fields`.
 BATCH_KEYS = {
@@ -109,7 +114,8 @@ class TokenLoader(LoaderBase):
                  tokenizer: str | None = None, rank: int | None = None,
                  world_size: int | None = None, device: str | torch.device = "cpu",
                  prefetch: int = 4, persistent: bool = True, bucket_batches: int = 64,
-                 pack_window: int = 16384, verify: str = "cheap",
+                 pack_window: int = 16384, plan_window: int | None = None,
+                 verify: str = "cheap",
                  cache_dir: str | Path | None = None, cache_size: int | str | None = None,
                  fields: Iterable[str] | None = None,
                  extra_columns: tuple[str, ...] | None = None, preset: str | None = None,
@@ -145,6 +151,7 @@ class TokenLoader(LoaderBase):
         self.batch_multiple_of = check_counter("batch_multiple_of", batch_multiple_of, minimum=1)
         self.bucket_batches = check_counter("bucket_batches", bucket_batches, minimum=1)
         self.pack_window = check_counter("pack_window", pack_window, minimum=1)
+        plan_window = check_optional("plan_window", plan_window, minimum=1)
         check_layout(self.layout, self.max_tokens, self.batch_size, self.seq_len,
                      self.pad_to_multiple_of)
         self.overflow = overflow_policy(self.layout, check_optional("max_seq_len", max_seq_len,
@@ -167,9 +174,13 @@ class TokenLoader(LoaderBase):
                            + ((SOURCE_FIELD,) if self.mixing else ()))
         self.num_documents = len(self.lengths)
         self._report_overflow()
-        if layout == "padded" and max_tokens is not None:
+        if layout == "padded" and max_tokens is not None and -(
+                -self.length_summary.longest // pad_to_multiple_of) * pad_to_multiple_of \
+                > max_tokens:  # the longest fits: all do (no pass over every length)
             check_fits_padded(self._planned_lengths(), max_tokens, pad_to_multiple_of)
-        self._starts: dict[int, TokenRemainder] = {}
+        self.plan_window = plan_window_size(plan_window, self._batch_budget(),
+                                            self.length_summary)
+        self._starts: dict[int, TokenRemainder | TokenStream] = {}
         self._tokens_seen = 0
         self._tokens_computed = 0
         self._loss_tokens_seen = 0
@@ -193,8 +204,14 @@ class TokenLoader(LoaderBase):
                 check_text_dataset(part, tokenizer)
                 if verify == "open":
                     part.check_hashes()  # here, before workers fork: each shard hashed once
-            self.source_lengths = [document_lengths(part) for part in parts]
-            self.lengths = np.concatenate(self.source_lengths)
+            indexes = [length_index(part) for part in parts]
+            self.source_lengths = [lengths for lengths, _ in indexes]
+            # One dataset: its memory-mapped index itself (no private copy of N lengths).
+            self.lengths = (self.source_lengths[0] if len(parts) == 1
+                            else np.concatenate(self.source_lengths))
+            self.length_summary = LengthSummary(
+                len(self.lengths), sum(s.total for _, s in indexes),
+                max(s.longest for _, s in indexes))
             self.token_dtype = ds.manifest.column("tokens").numpy_dtype
             self.has_loss_mask = LOSS_MASK in ds.manifest.column_names
             standard = {"tokens", "length", LOSS_MASK}
@@ -215,7 +232,7 @@ class TokenLoader(LoaderBase):
         self._plans.clear()
         return changed
 
-    def _fresh_epoch_start(self, epoch: int) -> TokenRemainder:
+    def _fresh_epoch_start(self, epoch: int) -> TokenRemainder | TokenStream:
         """The epoch planned anew (the mixture's weights changed)."""
         self._starts.clear()
         return self._epoch_start(epoch)
@@ -252,12 +269,18 @@ class TokenLoader(LoaderBase):
             budget = self.max_tokens
         else:
             budget = int(np.sort(self.lengths)[::-1][: self.batch_size].sum())
-        total = self.mixing.max_epoch_tokens() if self.mixing else int(self.lengths.sum())
+        total = self.mixing.max_epoch_tokens() if self.mixing else self.length_summary.total
         return max(1, min(budget, total))
+
+    def _batch_budget(self) -> int | None:
+        """Tokens one batch holds at most (None: only a count of documents bounds it)."""
+        if self.layout == "fixed":
+            return self._rows_per_batch() * self.seq_len
+        return self.max_tokens
 
     # --- plans ---------------------------------------------------------------------------
 
-    def _epoch_start(self, epoch: int) -> TokenRemainder:
+    def _epoch_start(self, epoch: int) -> TokenRemainder | TokenStream:
         """The epoch's documents (a mixture's: its interleaved list, numbered in order) and
         their plan, kept for the epoch under way and the next (progress() asks again)."""
         start = self._starts.get(epoch)
@@ -267,20 +290,35 @@ class TokenLoader(LoaderBase):
             start = self._starts[epoch] = self._plan_epoch(epoch)
         return start
 
-    def _plan_epoch(self, epoch: int) -> TokenRemainder:
-        if self.mixing is not None:  # weighed by the tokens the overflow policy keeps
-            lengths = self.mixing.epoch(epoch).lengths
-            order = np.flatnonzero(lengths)  # a dropped document brought none
-        else:
-            order = epoch_permutation(self.num_documents, self.seed, epoch, self.shuffle)
-            lengths = self.lengths
+    def _plan_epoch(self, epoch: int) -> TokenRemainder | TokenStream:
+        """A mixture's epoch planned whole; one dataset's a window of documents at a time."""
+        if self.mixing is None:
+            windows = -(-self.num_documents // self.plan_window)
+            return TokenStream(TokenWindows(windows, functools.partial(self._window_plan,
+                                                                       epoch)))
+        lengths = self.mixing.epoch(epoch).lengths  # weighed by the tokens the policy keeps
+        order = np.flatnonzero(lengths)  # a dropped document brought none
         if self.overflow is not None:
             order, lengths = self.overflow.apply(order, lengths)
         return TokenRemainder.start(order, lengths, functools.partial(self._global_plan, epoch))
 
-    def _global_plan(self, epoch: int, pieces: Pieces) -> TokenPlan:
-        """All ranks' batches of `pieces` (an epoch, or what is left of it), in drawing order."""
-        rng = np.random.default_rng([self.seed, epoch, 0x70C]) if self.shuffle else None
+    def _window_plan(self, epoch: int, w: int) -> TokenPlan:
+        """All ranks' batches of window w: the documents at its places of the epoch's order."""
+        first = w * self.plan_window
+        places = np.arange(first, min(first + self.plan_window, self.num_documents))
+        docs = (IndexShuffle(self.num_documents, [self.seed, epoch, 0x5EED])(places)
+                if self.shuffle else places)
+        lengths = np.asarray(self.lengths[docs], dtype=np.int64)
+        if self.overflow is not None:
+            docs, lengths = self.overflow.apply_to(docs, lengths)
+        return self._global_plan(epoch, Pieces(docs, np.zeros(len(docs), np.int64), lengths),
+                                 (w,))
+
+    def _global_plan(self, epoch: int, pieces: Pieces, window: tuple[int, ...] = ()) -> TokenPlan:
+        """All ranks' batches of `pieces` (an epoch, what is left of it, or one window of it),
+        in drawing order."""
+        rng = (np.random.default_rng([self.seed, epoch, 0x70C, *window]) if self.shuffle
+               else None)
         cap = self.overflow.cap if self.overflow is not None else None
         if self.layout == "packed":
             return plan_packed(pieces, self.max_tokens or 1 << 62, self.pad_to_multiple_of,
@@ -291,9 +329,13 @@ class TokenLoader(LoaderBase):
         return plan_fixed(pieces, self.seq_len, self._rows_per_batch(), self.pack_window, rng,
                           cap)
 
-    def _rank_plan(self, rest: TokenRemainder, epoch: int) -> RankTokenPlan:
+    def _rank_plan(self, rest: TokenRemainder | TokenStream,
+                   epoch: int) -> RankTokenPlan | WindowedRankPlan:
         # A truncated document's rest is not trained on: its last target stays -100.
         carry = self.overflow is None or self.overflow.mode == "split"
+        if isinstance(rest, TokenStream):
+            return WindowedRankPlan(rest.rank_plan(self.rank, self.world_size),
+                                    self.lengths if carry else None)
         plan, is_pad = rest.rank_plan(self.rank, self.world_size)
         if self.mixing is not None:
             # The plan numbers the epoch's documents; the workers read them by combined id
@@ -309,13 +351,13 @@ class TokenLoader(LoaderBase):
         host = self._host_batches(plan, epoch, start)
         for b, batch in prefetch_to_device(host, self.device):
             self._report(b)
-            self._handed_out(b, len(plan))
+            self._handed_out(b, plan)
             if not batch["is_padding"]:  # counted as handed out, not as built ahead
                 self._loss_tokens_seen += batch["num_loss_tokens"]
             yield batch
-        self._finish_empty(start, len(plan))
+        self._finish_empty(start, plan)
 
-    def _host_batches(self, plan: RankTokenPlan, epoch: int,
+    def _host_batches(self, plan: RankTokenPlan | WindowedRankPlan, epoch: int,
                       start: int) -> Iterator[tuple[int, dict[str, Any]]]:
         upcoming = functools.partial(self._upcoming, epoch + 1)
         for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start, upcoming),
@@ -329,7 +371,7 @@ class TokenLoader(LoaderBase):
             batch = collate(tokens[:count], np.asarray(meta["seg_lengths"], dtype=np.int64),
                             np.asarray(meta["rows"], dtype=np.int64), self.collate_options,
                             pieces)
-            batch["is_padding"] = bool(plan.is_pad[b])
+            batch["is_padding"] = plan.padding(b)
             add_to_batch(batch, aligned_columns(meta["columns"], batch["index"]))
             if not batch["is_padding"]:
                 self._tokens_seen += batch["num_real_tokens"]
@@ -345,19 +387,33 @@ class TokenLoader(LoaderBase):
         start = self._epoch_start(position.epoch)
         if self.mixing is not None:
             return self.mixing.progress(position, self.world_size, start)
-        lengths = self._planned_lengths()
-        return single_source_progress(describe(self.path), position, self.world_size, start,
-                                      len(lengths), int(lengths.sum()))
+        assert isinstance(start, TokenStream)
+        rest = follow(start, position.segments, position.epoch)
+        documents, tokens = start.windows.drawn(rest.drawn
+                                                + position.batches_done * self.world_size)
+        per_epoch = (self.num_documents - self.documents_dropped,
+                     self.length_summary.total - self.tokens_dropped)
+        return {describe(self.path): {"documents": documents + position.epoch * per_epoch[0],
+                                      "tokens": tokens + position.epoch * per_epoch[1]}}
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["loss_tokens_seen"] = self._loss_tokens_seen
+        plan = self._plan(self._position.epoch)
+        if isinstance(plan, WindowedRankPlan):
+            state["cursor"] = plan.rank_windows.cursor(self._position.batches_done).to_json()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         # A state saved before it was kept carries none: the running total starts over.
         seen = check_counter("load_state_dict: the state's loss_tokens_seen",
                              state.get("loss_tokens_seen", 0) if isinstance(state, dict) else 0)
+        cursor = parse_cursor(state.get("cursor") if isinstance(state, dict) else None)
+        if cursor is not None and self.mixing is None:
+            epoch = check_counter("load_state_dict: the state's epoch", state.get("epoch"))
+            start = self._epoch_start(epoch)
+            assert isinstance(start, TokenStream)
+            start.windows.learn(cursor)  # where its window begins: no walk to it
         super().load_state_dict(state)
         self._loss_tokens_seen = seen
 
@@ -388,4 +444,6 @@ class TokenLoader(LoaderBase):
             identity["bucket_batches"] = self.bucket_batches
         elif self.layout == "fixed":
             identity["pack_window"] = self.pack_window
+        if self.mixing is None:
+            identity["plan_window"] = self.plan_window
         return identity

@@ -15,8 +15,17 @@ from datapipe.errors import ArgumentError, DataError
 from datapipe.format.dataset import Dataset
 from datapipe.loader.base import refuse_empty
 from datapipe.loader.token_batches import LOSS_MASK
+from datapipe.sampling.elastic import is_count
 from datapipe.sampling.overflow import Overflow
+from datapipe.sampling.token_windows import RankWindows, WindowStart
 from datapipe.sampling.tokens import LAYOUTS, TokenPlan, round_up
+from datapipe.text.index import LengthSummary
+
+# A window of the epoch's order holds about this many batches of documents (at their mean
+# length): each window's last batch is part-filled, so more batches per window cost less
+# packing, and fewer cost less planning. The bounds keep a window's planning to ~0.1-0.2 s.
+WINDOW_BATCHES = 256
+WINDOW_DOCUMENTS = (1 << 12, 1 << 19)
 
 
 @dataclass(frozen=True)
@@ -30,14 +39,80 @@ class RankTokenPlan:
     def __len__(self) -> int:
         return len(self.plan)
 
+    def has(self, b: int) -> bool:
+        return 0 <= b < len(self.plan)
+
+    def is_last(self, b: int) -> bool:
+        return b == len(self.plan) - 1
+
+    def padding(self, b: int) -> bool:
+        return bool(self.is_pad[b])
+
     def batch(self, b: int) -> tuple[np.ndarray, np.ndarray]:
         doc = self.plan.batch(b)[0]
         return doc, np.full(len(doc), self.is_pad[b])
 
     def extra(self, b: int) -> dict[str, Any]:
-        doc, start, end, rows = self.plan.batch(b)
-        cut = None if self.lengths is None else self.lengths[doc] > end  # split pieces
-        return {"start": start, "end": end, "rows": rows, "cut": cut}
+        return segment_ranges(self.plan, b, self.lengths)
+
+
+def segment_ranges(plan: TokenPlan, b: int, lengths: np.ndarray | None) -> dict[str, Any]:
+    """A batch's token ranges and rows, as the batch builder asks for them (`cut`: the pieces
+    that end before their document does, when `lengths` are given)."""
+    doc, start, end, rows = plan.batch(b)
+    cut = None if lengths is None else lengths[doc] > end  # split pieces
+    return {"start": start, "end": end, "rows": rows, "cut": cut}
+
+
+@dataclass(frozen=True)
+class WindowedRankPlan:
+    """A rank's batches of an epoch planned a window at a time (sampling/token_windows.py),
+    in the shape the batch producer asks for. Its length is known only by planning the epoch
+    to its end: the producer asks `has(b)` instead."""
+
+    rank_windows: RankWindows
+    lengths: np.ndarray | None = None  # per document; None: no piece carries a target on
+
+    def __len__(self) -> int:
+        return len(self.rank_windows)
+
+    def has(self, b: int) -> bool:
+        return self.rank_windows.has(b)
+
+    def is_last(self, b: int) -> bool:
+        return self.rank_windows.is_last(b)
+
+    def padding(self, b: int) -> bool:
+        return self.rank_windows.padding(b)
+
+    def batch(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        at = self.rank_windows.located(b)
+        doc = at.plan.batch(at.local)[0]
+        return doc, np.full(len(doc), self.padding(b))
+
+    def extra(self, b: int) -> dict[str, Any]:
+        at = self.rank_windows.located(b)
+        return segment_ranges(at.plan, at.local, self.lengths)
+
+
+def plan_window_size(asked: int | None, batch_budget: int | None,
+                     summary: LengthSummary) -> int:
+    """Documents per planning window: `asked`, or about WINDOW_BATCHES batches' worth."""
+    if asked is not None:
+        return asked
+    mean = max(1.0, summary.total / max(1, summary.count))
+    per_batch = batch_budget / mean if batch_budget else 1.0
+    return int(np.clip(WINDOW_BATCHES * per_batch, *WINDOW_DOCUMENTS))
+
+
+def parse_cursor(saved: Any) -> WindowStart | None:
+    """A state's `cursor`: [window, first batch, documents before, tokens before]."""
+    if saved is None:
+        return None
+    if not (isinstance(saved, list) and len(saved) == 4 and all(map(is_count, saved))):
+        raise ArgumentError("load_state_dict: the state's cursor must be [window, batch, "
+                            f"documents, tokens], four counts; got {saved!r}")
+    return WindowStart(*saved)
 
 
 def aligned_columns(columns: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:

@@ -34,7 +34,12 @@ class Remainder(Protocol):
     """What is left of an epoch, as a loader's planner sees it."""
 
     def batches_per_rank(self, world_size: int) -> int:
-        """Steps every rank runs over this remainder at `world_size`."""
+        """Steps every rank runs over this remainder at `world_size` (a token plan finds it by
+        planning to the end: asked only where nothing cheaper will do)."""
+        ...
+
+    def has_batches(self, world_size: int, count: int) -> bool:
+        """Whether every rank of `world_size` has at least `count` batches here."""
         ...
 
     def after(self, world_size: int, batches_done: int) -> Remainder:
@@ -61,8 +66,8 @@ def follow(start: Remainder, lineage: Sequence[Segment], epoch: int) -> Remainde
     (no more batches done than its world size gave each rank)."""
     rest = start
     for i, segment in enumerate(lineage):
-        total = rest.batches_per_rank(segment.world_size)
-        if segment.batches_done > total:
+        if not rest.has_batches(segment.world_size, segment.batches_done):
+            total = rest.batches_per_rank(segment.world_size)
             raise ArgumentError(
                 f"load_state_dict: the state says {segment.batches_done} batches of epoch "
                 f"{epoch} were done at world_size {segment.world_size} (segment {i}), but that "

@@ -149,6 +149,9 @@ class MixtureRemainder:
         m = self.mixture
         return _batches_per_rank(self._length(), world_size, m.batch_size, m.drop_last)
 
+    def has_batches(self, world_size: int, count: int) -> bool:
+        return count <= self.batches_per_rank(world_size)
+
     def order(self, world_size: int) -> np.ndarray:
         """The combined ids of all places, as ranks draw them (strided, as rank_share)."""
         m = self.mixture

@@ -63,6 +63,12 @@ class EpochPlan:
             return len(self.indices) // self.batch_size
         return -(-len(self.indices) // self.batch_size)
 
+    def has(self, b: int) -> bool:
+        return 0 <= b < len(self)
+
+    def is_last(self, b: int) -> bool:
+        return b == len(self) - 1
+
     def extra(self, b: int) -> None:
         return None
 
@@ -95,6 +101,9 @@ class SampleRemainder:
     def batches_per_rank(self, world_size: int) -> int:
         share = -(-len(self.order) // world_size)
         return share // self.batch_size if self.drop_last else -(-share // self.batch_size)
+
+    def has_batches(self, world_size: int, count: int) -> bool:
+        return count <= self.batches_per_rank(world_size)
 
     def after(self, world_size: int, batches_done: int) -> SampleRemainder:
         drawn = drawn_prefix(len(self.order), world_size, batches_done, self.batch_size)

@@ -39,6 +39,17 @@ class Overflow:
             return order[lengths[order] <= self.cap], lengths
         return order, lengths
 
+    def apply_to(self, docs: np.ndarray,
+                 lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`apply` for some documents only: (those that stay, their lengths as planned), where
+        `lengths` are theirs (a window of an epoch, not the corpus)."""
+        if self.mode == "truncate":
+            return docs, np.minimum(lengths, self.cap)
+        if self.mode == "drop":
+            keep = lengths <= self.cap
+            return docs[keep], lengths[keep]
+        return docs, lengths
+
     def kept_lengths(self, lengths: np.ndarray) -> np.ndarray:
         """The tokens each document brings to an epoch under the policy (0: dropped): what a
         mixture weighs by tokens."""

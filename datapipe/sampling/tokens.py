@@ -313,6 +313,9 @@ class TokenRemainder:
     def batches_per_rank(self, world_size: int) -> int:
         return -(-len(self.plan) // world_size)
 
+    def has_batches(self, world_size: int, count: int) -> bool:
+        return count <= self.batches_per_rank(world_size)
+
     def after(self, world_size: int, batches_done: int) -> TokenRemainder:
         drawn = drawn_prefix(len(self.plan), world_size, batches_done)
         if drawn == 0:

@@ -104,7 +104,7 @@ def test_fit_with_limited_epochs_validates_all_trains_new_batches_and_exits(
 def test_token_epochs_of_varying_length_are_trained_whole(sample: Path, tmp_path: Path) -> None:
     """Each epoch's packing gives its own number of batches; the example has Lightning read
     len() anew each epoch, and every epoch trains on all of its batches."""
-    shards, budget = sample / "tokens", 2048
+    shards, budget = sample / "tokens", 1948
     wanted = [fresh_batches(shards, e, budget) for e in range(EPOCHS)]
     assert max(len(w) for w in wanted[1:]) > len(wanted[0]), \
         "the sample should have a later epoch longer than the first"

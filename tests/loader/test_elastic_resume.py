@@ -85,13 +85,13 @@ def test_a_state_moves_to_another_rank_of_the_same_world(data: dict[str, Path]) 
         assert [b["index"].tolist() for b in loader] == expected
 
 
-def test_a_resumed_state_says_its_segments_and_older_states_still_load(
+def test_a_resumed_state_says_its_segments_and_states_without_a_fingerprint_load(
         data: dict[str, Path]) -> None:
     make = images(data["images"])
     _, state = run_world(make, 2, None, 1)
-    assert "segments" not in state and state["version"] == 1, "today's format when not elastic"
+    assert "segments" not in state and state["version"] == 3, "no segments when not elastic"
     _, resumed = run_world(make, 3, state, 1)
-    assert resumed["version"] == 2
+    assert resumed["version"] == 3
     assert resumed["segments"] == [{"world_size": 2, "batches_done": 1}]
     assert resumed["batches_done"] == 1 and resumed["identity"]["world_size"] == 3
     old = {**state, "identity": {k: v for k, v in state["identity"].items() if k != "manifest"}}
@@ -144,9 +144,9 @@ TOKEN_LAYOUTS = {"packed": {"max_tokens": 50}, "padded": {"max_tokens": 96},
                  "fixed": {"max_tokens": 80, "seq_len": 40}}  # seq_len: no document is split
 
 
-def tokens(path: Path, layout: str) -> Callable[..., dp.TokenLoader]:
+def tokens(path: Path, layout: str, window: int | None = None) -> Callable[..., dp.TokenLoader]:
     return lambda **rank: dp.TokenLoader(path, layout=layout, num_workers=0, seed=1,
-                                         **TOKEN_LAYOUTS[layout], **rank)
+                                         plan_window=window, **TOKEN_LAYOUTS[layout], **rank)
 
 
 def tokens_per_document(ranks: list[list[dict[str, Any]]], layout: str) -> Counter:
@@ -165,12 +165,13 @@ def tokens_per_document(ranks: list[list[dict[str, Any]]], layout: str) -> Count
     return counted
 
 
+@pytest.mark.parametrize("window", [None, 7])  # 7: the 60 documents in 9 planning windows
 @pytest.mark.parametrize("layout", TOKEN_LAYOUTS)
 @pytest.mark.parametrize("worlds, steps", [((2, 3), (2,)), ((3, 2), (1,)), ((2, 3, 2), (1, 1))])
 def test_tokens_resume_at_another_world_size_see_the_rest_once(
         data: dict[str, Path], layout: str, worlds: tuple[int, ...],
-        steps: tuple[int, ...]) -> None:
-    make = tokens(data["tokens"], layout)
+        steps: tuple[int, ...], window: int | None) -> None:
+    make = tokens(data["tokens"], layout, window)
     with make(rank=0, world_size=1) as single:
         whole = tokens_per_document([list(single)], layout)
     assert len(whole) == 60

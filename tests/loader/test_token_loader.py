@@ -174,19 +174,24 @@ def test_packed_loss_equals_padded_loss_per_token(corpus: Path) -> None:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("workers", [0, 1])
-def test_resume_at_every_step_is_exact(corpus: Path, layout: str, workers: int) -> None:
+@pytest.mark.parametrize(("workers", "window"), [(0, None), (1, None), (0, 16)])
+def test_resume_at_every_step_is_exact(corpus: Path, layout: str, workers: int,
+                                       window: int | None) -> None:
+    """`window` 16: the epoch's 300 documents planned in 19 windows, a resume landing in any."""
     check_resume_at_every_step(lambda: dp.TokenLoader(
-        corpus, layout=layout, num_workers=workers, seed=5, **LAYOUTS[layout]), epoch=2)
+        corpus, layout=layout, num_workers=workers, seed=5, plan_window=window,
+        **LAYOUTS[layout]), epoch=2)
 
 
+@pytest.mark.parametrize("window", [None, 16])
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_exactly_once_across_ranks(corpus: Path, world: int, layout: str) -> None:
+def test_exactly_once_across_ranks(corpus: Path, world: int, layout: str,
+                                   window: int | None) -> None:
     tokens, steps = Counter(), set()
     for rank in range(world):
         with dp.TokenLoader(corpus, layout=layout, rank=rank, world_size=world,
-                            **LAYOUTS[layout]) as loader:
+                            plan_window=window, **LAYOUTS[layout]) as loader:
             batches = list(loader)
         steps.add(len(batches))
         tokens.update(t for b in batches if not b["is_padding"] for t in _real_tokens(b))

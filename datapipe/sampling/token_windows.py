@@ -1,0 +1,201 @@
+"""An epoch of token batches planned a window of documents at a time.
+
+The epoch's documents are in a keyed shuffled order (sampling/index_shuffle.py), computed per
+position. Window w holds the documents at positions w*W .. (w+1)*W - 1 of that order; the
+layout's planner turns them into batches (sampling/tokens.py), and the windows' batches back
+to back are the epoch's global batch sequence, the one ranks draw round robin. Nothing here is
+the size of the corpus: a window costs what its W documents cost, wherever it lies, so the
+first batch of any epoch, and of a resumed one, is one window's planning away.
+
+What a window-at-a-time plan does not know up front is where each window's batches begin:
+that is the sum of the batch counts before it. The loader finds them as it goes (every rank
+plans every window in turn) and a saved state carries the one it needs (`WindowStart`), so a
+resume plans one window. Only `len()` walks the whole epoch.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from datapipe.sampling.tokens import TokenPlan
+
+# Windows planned and kept: the one being drawn, the next, and a padding repeat's.
+_KEPT_WINDOWS = 3
+
+
+@dataclass(frozen=True)
+class WindowStart:
+    """Where window `window` begins: its first batch in the epoch's global sequence, and the
+    documents (counted with their first piece) and tokens of every batch before it."""
+
+    window: int
+    batch: int
+    documents: int
+    tokens: int
+
+    def to_json(self) -> list[int]:
+        return [self.window, self.batch, self.documents, self.tokens]
+
+
+@dataclass(frozen=True)
+class Located:
+    """A global batch: its window's plan and its number there."""
+
+    start: WindowStart
+    plan: TokenPlan
+    local: int
+
+
+class TokenWindows:
+    """One epoch's global batch sequence, `plan_window(w)` giving window w's batches."""
+
+    def __init__(self, num_windows: int, plan_window: Callable[[int], TokenPlan]) -> None:
+        self.num_windows = num_windows
+        self._plan_window = plan_window
+        self._plans: OrderedDict[int, TokenPlan] = OrderedDict()
+        self._starts: dict[int, WindowStart] = {0: WindowStart(0, 0, 0, 0)}
+        # Windows whose start is known, ascending, and their first batches (ascending too).
+        self._known, self._known_batches = [0], [0]
+        self._last: Located | None = None  # most lookups fall in the window of the one before
+
+    def plan(self, w: int) -> TokenPlan:
+        plan = self._plans.get(w)
+        if plan is None:
+            plan = self._plans[w] = self._plan_window(w)
+            while len(self._plans) > _KEPT_WINDOWS:
+                self._plans.popitem(last=False)
+        else:
+            self._plans.move_to_end(w)
+        return plan
+
+    def learn(self, start: WindowStart) -> None:
+        """A window's start, known from elsewhere (a saved state): no walk to it."""
+        if 0 <= start.window <= self.num_windows and start.window not in self._starts:
+            self._starts[start.window] = start
+            i = bisect.bisect(self._known, start.window)
+            self._known.insert(i, start.window)
+            self._known_batches.insert(i, start.batch)
+
+    def start(self, w: int) -> WindowStart:
+        """Where window w begins (w == num_windows: the epoch's end), walking from the nearest
+        window before it whose start is known."""
+        k = self._known[bisect.bisect_right(self._known, w) - 1]
+        start = self._starts[k]
+        while start.window < w:
+            start = self._next(start)
+        return start
+
+    def _next(self, start: WindowStart) -> WindowStart:
+        plan = self.plan(start.window)
+        documents, tokens = prefix_counts(plan, len(plan))
+        following = WindowStart(start.window + 1, start.batch + len(plan),
+                                start.documents + documents, start.tokens + tokens)
+        self.learn(following)
+        return following
+
+    def locate(self, g: int) -> Located | None:
+        """Global batch g, or None past the epoch's last batch."""
+        last = self._last
+        if last is not None and 0 <= g - last.start.batch < len(last.plan):
+            return Located(last.start, last.plan, g - last.start.batch)
+        i = bisect.bisect_right(self._known_batches, g) - 1
+        start = self._starts[self._known[max(i, 0)]]
+        while start.window < self.num_windows:
+            plan = self.plan(start.window)
+            if g < start.batch + len(plan):
+                self._last = Located(start, plan, g - start.batch)
+                return self._last
+            start = self._next(start)
+        return None
+
+    def total(self) -> int:
+        """Batches in the epoch: a walk over every window not walked yet."""
+        return self.start(self.num_windows).batch
+
+    def drawn(self, g: int) -> tuple[int, int]:
+        """(documents, tokens) in the first g global batches."""
+        at = self.locate(g)
+        if at is None:
+            end = self.start(self.num_windows)
+            return end.documents, end.tokens
+        documents, tokens = prefix_counts(at.plan, at.local)
+        return at.start.documents + documents, at.start.tokens + tokens
+
+
+def prefix_counts(plan: TokenPlan, batches: int) -> tuple[int, int]:
+    """(documents, tokens) in a plan's first `batches` batches; a document counts once, with
+    its first piece."""
+    segments = int(plan.row_offsets[plan.batch_offsets[batches]])
+    return (int(np.count_nonzero(plan.start[:segments] == 0)),
+            int((plan.end[:segments] - plan.start[:segments]).sum()))
+
+
+@dataclass(frozen=True)
+class TokenStream:
+    """What is left of an epoch of windowed token batches: its global sequence from batch
+    `drawn` on (what earlier segments, at other world sizes, drew is a prefix of it)."""
+
+    windows: TokenWindows
+    drawn: int = 0
+
+    def batches_per_rank(self, world_size: int) -> int:
+        return -(-max(0, self.windows.total() - self.drawn) // world_size)
+
+    def has_batches(self, world_size: int, count: int) -> bool:
+        return count == 0 or self.windows.locate(self.drawn + (count - 1) * world_size) \
+            is not None
+
+    def after(self, world_size: int, batches_done: int) -> TokenStream:
+        return TokenStream(self.windows, self.drawn + batches_done * world_size)
+
+    def rank_plan(self, rank: int, world_size: int) -> RankWindows:
+        return RankWindows(self.windows, self.drawn, rank, world_size)
+
+
+@dataclass(frozen=True)
+class RankWindows:
+    """Rank `rank`'s batches of a TokenStream: its b-th is global batch drawn + b*W + rank.
+    A step exists while its first rank's batch does; a rank past the end then draws a
+    padding repeat of what was left, so every rank runs the same steps."""
+
+    windows: TokenWindows
+    drawn: int
+    rank: int
+    world_size: int
+
+    def global_batch(self, b: int) -> int:
+        return self.drawn + b * self.world_size + self.rank
+
+    def has(self, b: int) -> bool:
+        return b >= 0 and self.windows.locate(self.drawn + b * self.world_size) is not None
+
+    def is_last(self, b: int) -> bool:
+        return self.has(b) and not self.has(b + 1)
+
+    def padding(self, b: int) -> bool:
+        return self.windows.locate(self.global_batch(b)) is None
+
+    def __len__(self) -> int:
+        return -(-max(0, self.windows.total() - self.drawn) // self.world_size)
+
+    def located(self, b: int) -> Located:
+        """Batch b's window and place there (a padding batch: a real one of what was left)."""
+        g = self.global_batch(b)
+        at = self.windows.locate(g)
+        if at is None:
+            left = self.windows.total() - self.drawn
+            at = self.windows.locate(self.drawn + (g - self.drawn) % left)
+            assert at is not None
+        return at
+
+    def cursor(self, batches_done: int) -> WindowStart:
+        """The start of the window that holds the next step's first batch (or the last
+        window's, at the end): what a saved state carries so a resume walks no windows."""
+        at = self.windows.locate(self.drawn + batches_done * self.world_size)
+        return at.start if at is not None else \
+            self.windows.start(max(0, self.windows.num_windows - 1))
