@@ -5,9 +5,10 @@ start-up a memory map of one file: its pages are the page cache's, shared by eve
 worker on the node, not private memory of each (Megatron's document index is kept the same
 way). Its name carries the manifest's hash (a reconverted dataset gets a new index) and a hash
 of its own content. A summary beside it (count, total tokens, longest) spares the planners a
-pass over a billion lengths. An index whose size or summary no longer matches is rebuilt from
-the shards; with verify="open" its content is hashed too (a damaged index would plan token
-ranges that cross documents).
+pass over a billion lengths, and records the index file's size and modification time when its
+content was last found to match its name: a damaged index would plan token ranges that cross
+documents, so one whose file changed since is hashed again (and rebuilt if it no longer
+matches); an unchanged one is not re-read at every start. verify="open" hashes it every time.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,15 +30,31 @@ class LengthSummary:
     count: int
     total: int    # tokens of every document
     longest: int  # tokens of the longest (0 when there are none)
+    checked: tuple[int, int] | None = None  # the index file's (size, mtime_ns) when it matched
 
     @classmethod
     def of(cls, lengths: np.ndarray) -> LengthSummary:
         return cls(len(lengths), int(lengths.sum(dtype=np.int64)),
                    int(lengths.max()) if len(lengths) else 0)
 
+    def to_json(self) -> str:
+        return json.dumps({"count": self.count, "total": self.total, "longest": self.longest,
+                           "checked": self.checked})
+
+    @classmethod
+    def from_json(cls, text: str) -> LengthSummary:
+        fields = json.loads(text)
+        checked = fields.pop("checked", None)
+        return cls(**fields, checked=tuple(checked) if checked else None)
+
+
+def _file_stamp(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
 
 def _cache_prefix(dataset: Dataset) -> str:
-    return f".datapipe-lengths-{dataset.manifest_digest().split(':')[1][:16]}-"
+    return f".datapipe-length-index-{dataset.manifest_digest().split(':')[1][:16]}-"
 
 
 def _content_digest(lengths: np.ndarray) -> str:
@@ -73,17 +90,23 @@ def _summary_path(path: Path) -> Path:
 
 
 def _load_intact(path: Path, count: int,
-                 hash_content: bool) -> tuple[np.ndarray, LengthSummary] | None:
-    """The cached lengths, if the file holds what its name and summary say (else removed)."""
+                 always_hash: bool) -> tuple[np.ndarray, LengthSummary] | None:
+    """The cached lengths, if the file holds what its name and summary say (else removed).
+    Its content is hashed when the file changed since it last matched, or `always_hash`."""
     try:
         lengths = np.load(path, mmap_mode="r")
-        summary = LengthSummary(**json.loads(_summary_path(path).read_text()))
-    except (OSError, ValueError, EOFError, TypeError):
+        summary = LengthSummary.from_json(_summary_path(path).read_text())
+        stamp = _file_stamp(path)
+    except (OSError, ValueError, EOFError, TypeError, KeyError):
         lengths = summary = None
     if lengths is not None and summary is not None and lengths.dtype == np.int64 \
-            and len(lengths) == count == summary.count \
-            and (not hash_content or path.stem.endswith(f"-{_content_digest(lengths)}")):
-        return lengths, summary
+            and len(lengths) == count == summary.count:
+        if not always_hash and summary.checked == stamp:
+            return lengths, summary
+        if path.stem.endswith(f"-{_content_digest(lengths)}"):
+            summary = replace(summary, checked=stamp)
+            _write_atomically(_summary_path(path), summary.to_json().encode())
+            return lengths, summary
     for stale in (path, _summary_path(path)):
         with contextlib.suppress(OSError):  # another process may have removed it first
             stale.unlink()
@@ -92,18 +115,28 @@ def _load_intact(path: Path, count: int,
 
 def _save_quietly(path: Path, lengths: np.ndarray, summary: LengthSummary) -> bool:
     """Best effort (False: not saved): a read-only dataset directory just means no cache. The
-    summary is written first, so an index file is never there without its summary."""
-    written = []
+    summary goes first, stamped with the index file it describes (os.replace keeps the
+    stamp), so an index file is never there without its summary."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        for target, write in ((_summary_path(path), lambda f: f.write(
-                json.dumps(summary.__dict__).encode())), (path, lambda f: np.save(f, lengths))):
-            tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-            written.append(tmp)
-            with open(tmp, "wb") as f:
-                write(f)
-            os.replace(tmp, target)
+        with open(tmp, "wb") as f:
+            np.save(f, lengths)
+        stamped = replace(summary, checked=_file_stamp(tmp))
+        if not _write_atomically(_summary_path(path), stamped.to_json().encode()):
+            raise OSError
+        os.replace(tmp, path)
         return True
     except OSError:
-        for tmp in written:
-            tmp.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
+        return False
+
+
+def _write_atomically(path: Path, data: bytes) -> bool:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        tmp.unlink(missing_ok=True)
         return False

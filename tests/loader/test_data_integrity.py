@@ -3,6 +3,7 @@ real worker processes. Each failure is a DataError naming the shard, row and sam
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 import datapipe as dp
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format import Dataset, integrity
+from datapipe.text.index import length_index
 from tests.conftest import convert
 from tests.format import flips
 from tests.imagegen import make_image_folder
@@ -51,7 +53,8 @@ def _nothing_verified_yet(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _copy(src: Path, dst: Path) -> Path:
     """The dataset without a length index cached by an earlier test."""
-    return Path(shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".datapipe-lengths-*")))
+    return Path(shutil.copytree(src, dst,
+                                ignore=shutil.ignore_patterns(".datapipe-length-index-*")))
 
 
 def _second_shard(directory: Path) -> tuple[Path, int]:
@@ -258,11 +261,30 @@ def test_a_damaged_length_index_is_rebuilt(texts: dict[str, Path], tmp_path: Pat
     out = _copy(texts["arrow"], tmp_path / "ds")
     with dp.TokenLoader(out, max_tokens=256, shuffle=False) as loader:
         want = list(loader)
-    (cache,) = out.glob(".datapipe-lengths-*.npy")
+    (cache,) = out.glob(".datapipe-length-index-*.npy")
     lengths = np.load(cache)
     flips.xor_byte(cache, cache.stat().st_size - lengths.nbytes + 8 * 3, 0x01)
     with dp.TokenLoader(out, max_tokens=256, shuffle=False, num_workers=2) as loader:
         got = list(loader)
     assert len(got) == len(want) and all(map(same_batch, got, want))
-    (rebuilt,) = out.glob(".datapipe-lengths-*.npy")
+    (rebuilt,) = out.glob(".datapipe-length-index-*.npy")
     np.testing.assert_array_equal(np.load(rebuilt), lengths)
+
+
+def test_an_unchanged_length_index_is_not_hashed_at_every_start(texts: dict[str, Path],
+                                                                 tmp_path: Path) -> None:
+    """A billion documents' index is 8 GB: hashed at every start it would cost what it saves.
+    Its summary stamps the file it matched (size, mtime); a file with that stamp is trusted,
+    verify='open' hashes it anyway. (Shown by a change that keeps the stamp.)"""
+    out = _copy(texts["arrow"], tmp_path / "ds")
+    with Dataset(out) as ds:
+        lengths, _ = length_index(ds)
+        lengths = np.array(lengths)
+    (cache,) = out.glob(".datapipe-length-index-*.npy")
+    stamp = cache.stat()
+    flips.xor_byte(cache, cache.stat().st_size - lengths.nbytes + 8 * 3, 0x01)
+    os.utime(cache, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    with Dataset(out) as ds:
+        assert length_index(ds)[0][3] == lengths[3] ^ 1, "trusted: not hashed"
+    with Dataset(out, verify="open") as ds:
+        np.testing.assert_array_equal(length_index(ds)[0], lengths)

@@ -210,7 +210,7 @@ def test_determinism_and_new_order_each_epoch(corpus: Path) -> None:
 def test_length_index_is_cached_beside_the_shards(corpus: Path) -> None:
     with dp.TokenLoader(corpus, max_tokens=512):
         pass
-    assert len(list(corpus.glob(".datapipe-lengths-*.npy"))) == 1
+    assert len(list(corpus.glob(".datapipe-length-index-*.npy"))) == 1
 
 
 def test_errors_are_clear(corpus: Path, tmp_path: Path) -> None:

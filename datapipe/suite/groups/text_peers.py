@@ -231,7 +231,7 @@ def run_datapipe(job: Job, layout: str | None = None, preset: str | None = None)
                                             seed=job.seed, num_workers=0, **chosen))
         return loaders[-1]
 
-    for cache in Path(job.data).glob(".datapipe-lengths-*.npy"):
+    for cache in Path(job.data).glob(".datapipe-length-index-*.npy"):
         cache.unlink()  # so that the first construction builds the length cache
     start = time.perf_counter()
     with make() as cold:
