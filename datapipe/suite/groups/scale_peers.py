@@ -199,10 +199,12 @@ def run_loader(make: Callable[[], Any]) -> Record:
     next(batches)
     first = time.perf_counter()
     training, workers = tree_memory([os.getpid()]), tree_memory(loader.worker_pids)
-    steps = max(1, min(RESUME_AFTER, len(loader) // 2))
-    for _ in range(steps - 1):
-        next(batches)
-    state, count = loader.state_dict(), len(loader)
+    steps = 1  # not len(): a plan made a window at a time walks the whole epoch for it
+    for _ in range(RESUME_AFTER - 1):
+        if next(batches, None) is None:
+            break
+        steps += 1
+    state = loader.state_dict()
     loader.close()
     again_start = time.perf_counter()
     again = make()
@@ -213,7 +215,7 @@ def run_loader(make: Callable[[], Any]) -> Record:
     again.close()
     return {"construct_s": made - start, "first_batch_s": first - made, "training_mb": training,
             "workers_mb": workers, "resume_s": resumed - loading,
-            "resume_construct_s": loading - again_start, "batches": count, "resumed_at": steps}
+            "resume_construct_s": loading - again_start, "resumed_at": steps}
 
 
 def run_tokens(job: Job, world_size: int) -> Record:
