@@ -95,6 +95,10 @@ class TokenLoader(LoaderBase):
     every shard against the manifest when the loader is made (once: workers inherit the result).
     A failed check is a `DataError` naming the shard, row and document.
 
+    The epoch is planned `plan_window` documents at a time (default: about 256 batches'
+    worth) over a shuffle computed per position, so start-up and memory do not grow with the
+    corpus; `len()` walks the whole epoch (docs/text.md, "Corpora of any size").
+
     `path` may be a URL, read through a node-local cache (`cache_dir`, `cache_size`): as for
     `Loader`, see docs/REMOTE.md.
 
