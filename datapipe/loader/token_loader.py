@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from datapipe.errors import ArgumentError
 from datapipe.format.concat import SOURCE_FIELD, ConcatDataset, open_dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
@@ -40,7 +41,7 @@ from datapipe.loader.token_plans import (
 from datapipe.sampling.elastic import follow
 from datapipe.sampling.index_shuffle import IndexShuffle
 from datapipe.sampling.mixture_weights import ScheduleArg
-from datapipe.sampling.token_windows import TokenStream, TokenWindows
+from datapipe.sampling.token_windows import TokenStream, TokenWindows, WindowStart
 from datapipe.sampling.tokens import (
     Pieces,
     TokenPlan,
@@ -413,13 +414,31 @@ class TokenLoader(LoaderBase):
         seen = check_counter("load_state_dict: the state's loss_tokens_seen",
                              state.get("loss_tokens_seen", 0) if isinstance(state, dict) else 0)
         cursor = parse_cursor(state.get("cursor") if isinstance(state, dict) else None)
+        epoch = None
         if cursor is not None and self.mixing is None:
             epoch = check_counter("load_state_dict: the state's epoch", state.get("epoch"))
-            start = self._epoch_start(epoch)
-            assert isinstance(start, TokenStream)
-            start.windows.learn(cursor)  # where its window begins: no walk to it
-        super().load_state_dict(state)
+            self._learn_cursor(epoch, cursor)
+        try:
+            super().load_state_dict(state)
+        except ArgumentError:
+            if epoch is not None:  # a refused state's cursor must not place later batches
+                self._starts.pop(epoch, None)
+                self._plans.clear()
+            raise
         self._loss_tokens_seen = seen
+
+    def _learn_cursor(self, epoch: int, cursor: WindowStart) -> None:
+        """Where the state's window begins, so that restoring plans that window alone."""
+        start = self._epoch_start(epoch)
+        assert isinstance(start, TokenStream)
+        windows = start.windows
+        if cursor.window > windows.num_windows or \
+                cursor.documents > cursor.window * self.plan_window or \
+                cursor.tokens > self.length_summary.total:
+            raise ArgumentError(f"load_state_dict: the state's cursor {cursor.to_json()} is "
+                                f"impossible for epoch {epoch} ({windows.num_windows} windows "
+                                f"of {self.plan_window} documents)")
+        windows.learn(cursor)
 
     @property
     def loss_tokens_seen(self) -> int:

@@ -155,15 +155,3 @@ def step_unit(weight_by: str, max_tokens: int | None, batch_size: int | None,
         fixed = fixed_row_tokens or max_tokens
     return None if fixed is None else fixed * world_size
 
-
-def single_source_progress(name: str, position: LoaderPosition, world_size: int,
-                           start: TokenRemainder, documents_per_epoch: int,
-                           tokens_per_epoch: int) -> dict[str, dict[str, int]]:
-    """`TokenMixing.progress` for one dataset: the epochs before each gave all it plans."""
-    docs = MixtureDocuments(np.zeros(0, np.int64), np.zeros(len(start.epoch_place), np.int64),
-                            np.zeros(0, np.int64), np.zeros(1, np.int64),
-                            np.zeros(1, np.int64))
-    documents, tokens = drawn_in_token_epoch(start, position.segments, world_size,
-                                             position.batches_done, docs, 1)
-    return {name: {"documents": int(documents[0]) + position.epoch * documents_per_epoch,
-                   "tokens": int(tokens[0]) + position.epoch * tokens_per_epoch}}

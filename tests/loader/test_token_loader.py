@@ -280,3 +280,34 @@ def test_an_epoch_of_a_million_batches_is_planned_without_a_wait(tmp_path: Path)
                           capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(-(-tokens // 2)), "1"]
+
+
+def test_a_state_carries_the_cursor_of_its_window_and_a_bad_one_is_refused(
+        corpus: Path) -> None:
+    """A state names where the window of its next batch begins (a resume plans that window
+    only); an impossible cursor is refused, and a refused state leaves the loader's plan as it
+    was."""
+    def make(seed: int = 5) -> dp.TokenLoader:
+        return dp.TokenLoader(corpus, max_tokens=512, plan_window=16, seed=seed)
+
+    with make() as loader:
+        full = [b["index"].tolist() for b in loader]
+    with make() as loader:
+        it = iter(loader)
+        for _ in range(len(full) // 2):
+            next(it)
+        state = loader.state_dict()
+    window, batch, documents, tokens = state["cursor"]
+    assert 0 < window < -(-300 // 16) and 0 < batch <= len(full) // 2 and documents > 0
+    with make() as loader:
+        loader.load_state_dict(state)
+        assert [b["index"].tolist() for b in loader] == full[len(full) // 2:]
+    for bad in ([10**6, batch, documents, tokens], [window, batch, 10**6, tokens]):
+        with make() as loader, pytest.raises(ArgumentError, match=r"cursor .* is impossible"):
+            loader.load_state_dict({**state, "cursor": bad})
+    with make(seed=6) as loader:
+        wrong = {**state, "cursor": [1, 0, 0, 0]}  # window 1 would begin the epoch
+        with pytest.raises(ArgumentError, match=r"seed 5 -> 6"):
+            loader.load_state_dict(wrong)
+        assert [b["index"].tolist() for b in loader] == \
+            [b["index"].tolist() for b in make(seed=6)], "the refused cursor left no trace"
