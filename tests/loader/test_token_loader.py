@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -311,3 +312,21 @@ def test_a_state_carries_the_cursor_of_its_window_and_a_bad_one_is_refused(
             loader.load_state_dict(wrong)
         assert [b["index"].tolist() for b in loader] == \
             [b["index"].tolist() for b in make(seed=6)], "the refused cursor left no trace"
+
+
+def test_a_dataset_changed_under_its_length_index_gets_a_new_one(tmp_path: Path) -> None:
+    """The index is named by the manifest it was built from: shards and manifest replaced in
+    place (as many documents, other lengths) are planned by a new index, never the old one."""
+    for name, words in (("old", "a"), ("new", "bb cc dd")):
+        (tmp_path / f"{name}.txt").write_text("".join(f"{words} {i}\n" for i in range(40)))
+        convert("text", tmp_path / f"{name}.txt", tmp_path / name, "--tokenizer", "bytes")
+    live = tmp_path / "live"
+    shutil.copytree(tmp_path / "old", live)
+    with dp.TokenLoader(live, max_tokens=64) as loader:
+        list(loader)
+    for path in (tmp_path / "new").iterdir():
+        shutil.copy(path, live / path.name)
+    with dp.TokenLoader(live, max_tokens=64) as loader:
+        got = Counter(t for b in loader for t in _real_tokens(b))
+    assert got == _dataset_tokens(tmp_path / "new")
+    assert len(list(live.glob(".datapipe-length-index-*.npy"))) == 2
