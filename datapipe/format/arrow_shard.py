@@ -66,12 +66,13 @@ class ArrowShardStream:
 
 
 class ArrowShardReader(ShardReader):
-    """Memory-maps the file; payload columns become numpy views over the mapping."""
+    """Memory-maps the file; payload columns become numpy views over the mapping. Without
+    `check_index`, Arrow's basic validation (buffer sizes, per batch) replaces its full one."""
 
     def __init__(self, path: str | Path, columns: tuple[Column, ...],
                  first_sample: int = 0, where: str | None = None,
-                 dataset: str | None = None) -> None:
-        super().__init__(path, columns, first_sample, where, dataset)
+                 dataset: str | None = None, check_index: bool = True) -> None:
+        super().__init__(path, columns, first_sample, where, dataset, check_index)
         try:
             self._source = pa.memory_map(str(self.path), "r")
             reader = pa.ipc.open_file(self._source)
@@ -101,11 +102,12 @@ class ArrowShardReader(ShardReader):
 
     def _check_structure(self, batches: list[pa.RecordBatch]) -> None:
         """Arrow's full validation: offsets in range and monotonic, strings valid UTF-8. It
-        reads offsets and strings, not payloads (0.1 ms for a 200 MB shard of 180k documents)."""
+        reads offsets and strings, not payloads (0.1 ms for a 200 MB shard of 180k documents;
+        ~2 ns a row)."""
         start = 0
         for batch in batches:
             try:
-                batch.validate(full=True)
+                batch.validate(full=self.check_index)
             except pa.ArrowInvalid as exc:
                 bad = _first_bad_offset(batch)
                 if bad is None:

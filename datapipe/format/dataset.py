@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import DataError
+from datapipe.format.check_marks import CheckMarks
 from datapipe.format.integrity import check_verify_mode, open_checked
 from datapipe.format.shard_reader import ShardReader
 from datapipe.format.sources import RemoteLocation, ShardFile, open_source
@@ -22,8 +23,10 @@ class Dataset:
     """Random access by global sample index over all shards of a dataset.
 
     Each shard is checked as it is opened (see integrity.py): with verify="cheap", its
-    structure and scalar columns; with verify="open", also its content hash. A remote shard
-    that fails a check is fetched again once (its cached copy may be what is damaged).
+    structure and scalar columns; with verify="open", also its content hash. The passes over a
+    shard's rows are made once per unchanged file on the node, which then holds a marker
+    (check_marks.py). A remote shard that fails a check is fetched again once (its cached copy
+    may be what is damaged).
     `directory` is a path, a URL (with the default cache settings) or a RemoteLocation.
     """
 
@@ -39,13 +42,15 @@ class Dataset:
         self._readers: dict[int, ShardReader] = {}
         self._files: dict[int, ShardFile] = {}
         self._on_close: list[Callable[[int], None]] = []
+        self._marks = CheckMarks(self.side_directory, self.manifest_digest())
         # A remote dataset keeps few shards open (in use, so not evictable): the cache may be
         # smaller than the dataset.
         self._max_open = self.source.max_open(self.manifest) if self.source.remote else 0
 
     @property
     def side_directory(self) -> Path:
-        """A local folder for files derived from this dataset (the length index)."""
+        """A local folder for files derived from this dataset (the length index, the markers
+        of checked shards)."""
         return self.source.side_directory
 
     def manifest_digest(self) -> str:
@@ -89,7 +94,8 @@ class Dataset:
 
     def _read(self, k: int, path: Path) -> ShardReader:
         return open_checked(path, self.manifest, k, int(self.shard_starts[k]),
-                            self.source.where(self.manifest.shards[k].name), str(self.directory))
+                            self.source.where(self.manifest.shards[k].name), str(self.directory),
+                            self._marks)
 
     def _close_shard(self, k: int) -> None:
         reader = self._readers.pop(k)

@@ -7,6 +7,18 @@ vectorised passes over its index, never over its payload; the loaders add per-ba
 on data their workers already hold.
 verify="open" also hashes each shard against the manifest before its first use, once per
 process tree: a process forked after a shard was verified inherits the result.
+
+The passes over a shard's index are paid once per file, not by every process that opens it:
+a Dataset records on the node (check_marks.py, beside the dataset's derived files) that a
+file passed them, and the next process (a worker, another rank, a resumed run) opening the
+same unchanged file keeps only the checks that cost nothing per row: the file opens, its
+columns and their types, its row count against the manifest, Arrow's basic validation, the
+first and last msgpack record offsets. A marker vouches for a file by its size, mtime and
+inode, under one manifest and one version of these checks; a file rewritten, replaced or
+touched is checked again. A marker does not vouch for the bytes: a file modified in place
+that keeps its size and has its mtime set back is not checked again with verify="cheap".
+verify="open" hashes its content whatever the markers say, and `datapipe verify` ignores
+them.
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from datapipe.errors import ArgumentError, DataError
+from datapipe.format.check_marks import CheckMarks, file_stamp
 from datapipe.format.hashing import hash_file
 from datapipe.format.manifest import Manifest, ShardInfo
 from datapipe.format.schema import Column
@@ -70,20 +83,27 @@ def _file_key(path: Path, info: ShardInfo) -> tuple | None:
 
 
 def open_checked(path: Path, manifest: Manifest, k: int, first_sample: int, where: str,
-                 dataset: str) -> ShardReader:
+                 dataset: str, marks: CheckMarks | None = None) -> ShardReader:
     """Shard k of the manifest, opened with every check a reader makes when it opens one: its
-    structure and column types, its row count against the manifest, its scalar values."""
+    structure and column types, its row count against the manifest, its scalar values. With
+    `marks`, a file they vouch for skips the checks that read every row, and a file that
+    passes them is marked."""
     info = manifest.shards[k]
+    stamp = file_stamp(path) if marks is not None else None  # before the checks read it
+    vouched = stamp is not None and marks is not None and marks.vouches(path, info, stamp)
     reader = open_shard(path, manifest.shard_format, manifest.columns, first_sample, where,
-                        dataset)
+                        dataset, check_index=not vouched)
     try:
         if reader.num_rows != info.rows:
             raise reader.corrupt_shard(f"holds {reader.num_rows} rows, manifest says "
                                        f"{info.rows}")
-        check_shard_values(reader, manifest)
+        if not vouched:
+            check_shard_values(reader, manifest)
     except DataError:
         reader.close()
         raise
+    if stamp is not None and marks is not None and not vouched:
+        marks.record(path, info, stamp)
     return reader
 
 

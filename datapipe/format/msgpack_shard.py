@@ -83,12 +83,13 @@ class MsgpackShardStream:
 class MsgpackShardReader(ShardReader):
     """The cheap structural check: at open, the footer's index must be sound (record offsets
     increasing from the first record to the footer, a scalar per row); each record, when read,
-    must unpack to one cell per column, payloads as whole `bin` values of their dtype."""
+    must unpack to one cell per column, payloads as whole `bin` values of their dtype. Without
+    `check_index`, only the first and last record offsets are checked."""
 
     def __init__(self, path: str | Path, columns: tuple[Column, ...],
                  first_sample: int = 0, where: str | None = None,
-                 dataset: str | None = None) -> None:
-        super().__init__(path, columns, first_sample, where, dataset)
+                 dataset: str | None = None, check_index: bool = True) -> None:
+        super().__init__(path, columns, first_sample, where, dataset, check_index)
         try:
             with open(self.path, "rb") as f:
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -135,9 +136,10 @@ class MsgpackShardReader(ShardReader):
         offsets = self._offsets
         if offsets[0] != len(MAGIC):
             raise self.corrupt(0, f"record offset {offsets[0]} is not {len(MAGIC)}")
-        bad = offsets[1:] <= offsets[:-1]
-        if bad.any():
-            raise self.corrupt(int(np.argmax(bad)), "record offsets out of order")
+        if self.check_index:
+            bad = offsets[1:] <= offsets[:-1]
+            if bad.any():
+                raise self.corrupt(int(np.argmax(bad)), "record offsets out of order")
         if offsets[-1] != footer_start:
             raise self.corrupt(self.num_rows - 1, f"last record ends at {offsets[-1]}, the "
                                f"footer starts at {footer_start}")

@@ -77,8 +77,9 @@ def get_format(name: str, where: str | Path | None = None) -> ShardFormat:
 
 def open_shard(path: str | Path, shard_format: str, columns: tuple[Column, ...],
                first_sample: int = 0, where: str | None = None,
-               dataset: str | None = None) -> ShardReader:
-    """Map a shard and check its structure (offsets in range and monotonic). `where` and
-    `dataset` name the shard and its dataset in errors (default: the path and its folder)."""
+               dataset: str | None = None, check_index: bool = True) -> ShardReader:
+    """Map a shard and check its structure (offsets in range and monotonic; without
+    `check_index`, only what costs nothing per row). `where` and `dataset` name the shard and
+    its dataset in errors (default: the path and its folder)."""
     reader = get_format(shard_format, path).codec.reader
-    return reader(path, columns, first_sample, where, dataset)
+    return reader(path, columns, first_sample, where, dataset, check_index=check_index)

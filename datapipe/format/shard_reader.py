@@ -14,11 +14,13 @@ from datapipe.format.schema import Column
 
 
 class ShardReader(ABC):
-    """Random access to the rows of one memory-mapped shard file."""
+    """Random access to the rows of one memory-mapped shard file. A reader checks the
+    shard's structure as it opens it; `check_index=False` leaves out the passes over every row
+    of its index (the file passed them before: check_marks.py)."""
 
     def __init__(self, path: str | Path, columns: tuple[Column, ...],
                  first_sample: int = 0, where: str | None = None,
-                 dataset: str | None = None) -> None:
+                 dataset: str | None = None, check_index: bool = True) -> None:
         self.path = Path(path)
         # What messages call the shard and its dataset: a remote shard's URL, not its cached
         # copy's path.
@@ -27,6 +29,7 @@ class ShardReader(ABC):
         self.columns = {c.name: c for c in columns}
         self.num_rows = 0
         self.first_sample = first_sample  # global index of row 0, for error messages
+        self.check_index = check_index
 
     def __len__(self) -> int:
         return self.num_rows
