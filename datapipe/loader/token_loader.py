@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 import warnings
@@ -27,29 +26,25 @@ from datapipe.loader.extra_columns import choose as extra_column_names
 from datapipe.loader.mixing import check_mixture_arguments, describe
 from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.loader.token_batches import LOSS_MASK, TokenBatchBuilder, split_slot
+from datapipe.loader.token_epochs import TokenEpochPlanner
 from datapipe.loader.token_mixing import TokenMixing, step_unit
 from datapipe.loader.token_plans import (
     RankTokenPlan,
     WindowedRankPlan,
     aligned_columns,
+    batch_budget,
     check_layout,
+    check_padded_fit,
     check_text_dataset,
     overflow_policy,
     parse_cursor,
     plan_window_size,
+    rows_per_batch,
 )
-from datapipe.sampling.elastic import follow
-from datapipe.sampling.index_shuffle import IndexShuffle
 from datapipe.sampling.mixture_weights import ScheduleArg
-from datapipe.sampling.token_windows import TokenStream, TokenWindows, WindowStart
+from datapipe.sampling.token_windows import TokenStream, WindowStart
 from datapipe.sampling.tokens import (
-    Pieces,
-    TokenPlan,
     TokenRemainder,
-    check_fits_padded,
-    plan_fixed,
-    plan_packed,
-    plan_padded,
 )
 from datapipe.text.collate import CollateOptions, Gathered, collate
 from datapipe.text.fields import OPTIONAL_FIELDS, resolve
@@ -179,16 +174,18 @@ class TokenLoader(LoaderBase):
                            + ((SOURCE_FIELD,) if self.mixing else ()))
         self.num_documents = len(self.lengths)
         self._report_overflow()
-        if layout == "padded" and max_tokens is not None and -(
-                -self.length_summary.longest // pad_to_multiple_of) * pad_to_multiple_of \
-                > max_tokens:  # the longest fits: all do (no pass over every length)
-            check_fits_padded(self._planned_lengths(), max_tokens, pad_to_multiple_of)
+        if layout == "padded" and max_tokens is not None:
+            check_padded_fit(self.lengths, self.length_summary, self.overflow, max_tokens,
+                             pad_to_multiple_of)
         self.plan_window = plan_window_size(plan_window, self._batch_budget(),
                                             self.length_summary)
+        self._planner = TokenEpochPlanner(
+            layout, self.max_tokens, self.batch_size, self.seq_len, self._rows_per_batch(),
+            self.pad_to_multiple_of, self.batch_multiple_of, self.bucket_batches,
+            self.pack_window, self.plan_window, shuffle, seed, self.overflow, self.lengths,
+            self.mixing)
         self._starts: dict[int, TokenRemainder | TokenStream] = {}
-        self._tokens_seen = 0
-        self._tokens_computed = 0
-        self._loss_tokens_seen = 0
+        self._tokens_seen = self._tokens_computed = self._loss_tokens_seen = 0
         tokens = self._max_batch_tokens()
         self._producer = BatchProducer(
             functools.partial(TokenBatchBuilder, self.path, verify, extras), num_workers,
@@ -214,9 +211,7 @@ class TokenLoader(LoaderBase):
             # One dataset: its memory-mapped index itself (no private copy of N lengths).
             self.lengths = (self.source_lengths[0] if len(parts) == 1
                             else np.concatenate(self.source_lengths))
-            self.length_summary = LengthSummary(
-                len(self.lengths), sum(s.total for _, s in indexes),
-                max(s.longest for _, s in indexes))
+            self.length_summary = LengthSummary.joined([summary for _, summary in indexes])
             self.token_dtype = ds.manifest.column("tokens").numpy_dtype
             self.has_loss_mask = LOSS_MASK in ds.manifest.column_names
             standard = {"tokens", "length", LOSS_MASK}
@@ -242,13 +237,6 @@ class TokenLoader(LoaderBase):
         self._starts.clear()
         return self._epoch_start(epoch)
 
-    def _planned_lengths(self) -> np.ndarray:
-        """The lengths the planner sees: every document, or the ones the policy keeps."""
-        if self.overflow is None:
-            return self.lengths
-        order, lengths = self.overflow.apply(np.arange(self.num_documents), self.lengths)
-        return lengths[order]
-
     def _report_overflow(self) -> None:
         """Documents and tokens the policy leaves out of every epoch: counted, and said once."""
         dropped = self.overflow.dropped(self.lengths) if self.overflow else (0, 0)
@@ -260,28 +248,21 @@ class TokenLoader(LoaderBase):
                           RuntimeWarning, stacklevel=3)
 
     def _rows_per_batch(self) -> int:
-        rows = self.batch_size or max(1, self.max_tokens // self.seq_len)
-        if rows >= self.batch_multiple_of:
-            rows -= rows % self.batch_multiple_of
-        return rows
+        return rows_per_batch(self.batch_size, self.max_tokens, self.seq_len,
+                              self.batch_multiple_of)
+
+    def _batch_budget(self) -> int | None:
+        return batch_budget(self.layout, self.max_tokens, self._rows_per_batch(), self.seq_len)
 
     def _max_batch_tokens(self) -> int:
-        """Upper bound on real tokens in one batch, the size of its buffer: the budget, but
-        never more than the whole corpus (max_tokens=10**12 over 2 M tokens is 2 M)."""
-        if self.layout == "fixed":
-            budget = self._rows_per_batch() * self.seq_len
-        elif self.max_tokens is not None:
-            budget = self.max_tokens
-        else:
+        """Upper bound on real tokens in one batch, the size of its buffer: the budget (or the
+        batch_size longest documents'), never more than the corpus (max_tokens=10**12 over
+        2 M tokens is 2 M)."""
+        budget = self._batch_budget()
+        if budget is None:
             budget = int(np.sort(self.lengths)[::-1][: self.batch_size].sum())
         total = self.mixing.max_epoch_tokens() if self.mixing else self.length_summary.total
         return max(1, min(budget, total))
-
-    def _batch_budget(self) -> int | None:
-        """Tokens one batch holds at most (None: only a count of documents bounds it)."""
-        if self.layout == "fixed":
-            return self._rows_per_batch() * self.seq_len
-        return self.max_tokens
 
     # --- plans ---------------------------------------------------------------------------
 
@@ -292,61 +273,12 @@ class TokenLoader(LoaderBase):
         if start is None:
             while len(self._starts) >= 2:
                 del self._starts[next(iter(self._starts))]
-            start = self._starts[epoch] = self._plan_epoch(epoch)
+            start = self._starts[epoch] = self._planner.epoch(epoch)
         return start
-
-    def _plan_epoch(self, epoch: int) -> TokenRemainder | TokenStream:
-        """A mixture's epoch planned whole; one dataset's a window of documents at a time."""
-        if self.mixing is None:
-            windows = -(-self.num_documents // self.plan_window)
-            return TokenStream(TokenWindows(windows, functools.partial(self._window_plan,
-                                                                       epoch)))
-        lengths = self.mixing.epoch(epoch).lengths  # weighed by the tokens the policy keeps
-        order = np.flatnonzero(lengths)  # a dropped document brought none
-        if self.overflow is not None:
-            order, lengths = self.overflow.apply(order, lengths)
-        return TokenRemainder.start(order, lengths, functools.partial(self._global_plan, epoch))
-
-    def _window_plan(self, epoch: int, w: int) -> TokenPlan:
-        """All ranks' batches of window w: the documents at its places of the epoch's order."""
-        first = w * self.plan_window
-        places = np.arange(first, min(first + self.plan_window, self.num_documents))
-        docs = (IndexShuffle(self.num_documents, [self.seed, epoch, 0x5EED])(places)
-                if self.shuffle else places)
-        lengths = np.asarray(self.lengths[docs], dtype=np.int64)
-        if self.overflow is not None:
-            docs, lengths = self.overflow.apply_to(docs, lengths)
-        return self._global_plan(epoch, Pieces(docs, np.zeros(len(docs), np.int64), lengths),
-                                 (w,))
-
-    def _global_plan(self, epoch: int, pieces: Pieces, window: tuple[int, ...] = ()) -> TokenPlan:
-        """All ranks' batches of `pieces` (an epoch, what is left of it, or one window of it),
-        in drawing order."""
-        rng = (np.random.default_rng([self.seed, epoch, 0x70C, *window]) if self.shuffle
-               else None)
-        cap = self.overflow.cap if self.overflow is not None else None
-        if self.layout == "packed":
-            return plan_packed(pieces, self.max_tokens or 1 << 62, self.pad_to_multiple_of,
-                               self.batch_size, cap)
-        if self.layout == "padded":
-            return plan_padded(pieces, self.max_tokens or 1 << 62, self.pad_to_multiple_of,
-                               self.batch_size, self.batch_multiple_of, self.bucket_batches, rng)
-        return plan_fixed(pieces, self.seq_len, self._rows_per_batch(), self.pack_window, rng,
-                          cap)
 
     def _rank_plan(self, rest: TokenRemainder | TokenStream,
                    epoch: int) -> RankTokenPlan | WindowedRankPlan:
-        # A truncated document's rest is not trained on: its last target stays -100.
-        carry = self.overflow is None or self.overflow.mode == "split"
-        if isinstance(rest, TokenStream):
-            return WindowedRankPlan(rest.rank_plan(self.rank, self.world_size),
-                                    self.lengths if carry else None)
-        plan, is_pad = rest.rank_plan(self.rank, self.world_size)
-        if self.mixing is not None:
-            # The plan numbers the epoch's documents; the workers read them by combined id
-            # (renumbered once here, not per batch), whose lengths are self.lengths.
-            plan = dataclasses.replace(plan, doc=self.mixing.combined_ids(epoch)[plan.doc])
-        return RankTokenPlan(plan, is_pad, self.lengths if carry else None)
+        return self._planner.rank_plan(rest, epoch, self.rank, self.world_size)
 
     # --- iteration -----------------------------------------------------------------------
 
@@ -393,9 +325,8 @@ class TokenLoader(LoaderBase):
         if self.mixing is not None:
             return self.mixing.progress(position, self.world_size, start)
         assert isinstance(start, TokenStream)
-        rest = follow(start, position.segments, position.epoch)
-        documents, tokens = start.windows.drawn(rest.drawn
-                                                + position.batches_done * self.world_size)
+        documents, tokens = start.drawn_by(position.segments, position.batches_done,
+                                        self.world_size, position.epoch)
         per_epoch = (self.num_documents - self.documents_dropped,
                      self.length_summary.total - self.tokens_dropped)
         return {describe(self.path): {"documents": documents + position.epoch * per_epoch[0],
@@ -431,14 +362,8 @@ class TokenLoader(LoaderBase):
         """Where the state's window begins, so that restoring plans that window alone."""
         start = self._epoch_start(epoch)
         assert isinstance(start, TokenStream)
-        windows = start.windows
-        if cursor.window > windows.num_windows or \
-                cursor.documents > cursor.window * self.plan_window or \
-                cursor.tokens > self.length_summary.total:
-            raise ArgumentError(f"load_state_dict: the state's cursor {cursor.to_json()} is "
-                                f"impossible for epoch {epoch} ({windows.num_windows} windows "
-                                f"of {self.plan_window} documents)")
-        windows.learn(cursor)
+        start.windows.learn_checked(cursor, self.plan_window, self.length_summary.total,
+                                    f"epoch {epoch}")
 
     @property
     def loss_tokens_seen(self) -> int:

@@ -18,7 +18,7 @@ from datapipe.loader.token_batches import LOSS_MASK
 from datapipe.sampling.elastic import is_count
 from datapipe.sampling.overflow import Overflow
 from datapipe.sampling.token_windows import RankWindows, WindowStart
-from datapipe.sampling.tokens import LAYOUTS, TokenPlan, round_up
+from datapipe.sampling.tokens import LAYOUTS, TokenPlan, check_fits_padded, round_up
 from datapipe.text.index import LengthSummary
 
 # A window of the epoch's order holds about this many batches of documents (at their mean
@@ -93,6 +93,34 @@ class WindowedRankPlan:
     def extra(self, b: int) -> dict[str, Any]:
         at = self.rank_windows.located(b)
         return segment_ranges(at.plan, at.local, self.lengths)
+
+
+def check_padded_fit(lengths: np.ndarray, summary: LengthSummary, overflow: Overflow | None,
+                     max_tokens: int, pad_to_multiple_of: int) -> None:
+    """Every document the padded layout plans fits max_tokens alone: when the longest does,
+    all do, with no pass over a billion lengths; else the first that does not is named."""
+    longest = summary.longest if overflow is None else min(summary.longest, overflow.cap)
+    if round_up(longest, pad_to_multiple_of) <= max_tokens:
+        return  # (padded refuses overflow="split": what is longer than the cap is cut or gone)
+    if overflow is not None:
+        order, lengths = overflow.apply(np.arange(len(lengths)), lengths)
+        lengths = lengths[order]
+    check_fits_padded(lengths, max_tokens, pad_to_multiple_of)
+
+
+def rows_per_batch(batch_size: int | None, max_tokens: int | None, seq_len: int,
+                   batch_multiple_of: int) -> int:
+    """Rows of a fixed-layout batch: batch_size, or as many rows of seq_len as the budget
+    holds, rounded down to batch_multiple_of where there are that many."""
+    rows = batch_size or max(1, (max_tokens or 0) // max(seq_len, 1))
+    if rows >= batch_multiple_of:
+        rows -= rows % batch_multiple_of
+    return rows
+
+
+def batch_budget(layout: str, max_tokens: int | None, rows: int, seq_len: int) -> int | None:
+    """Tokens one batch holds at most (None: only a count of documents bounds it)."""
+    return rows * seq_len if layout == "fixed" else max_tokens
 
 
 def plan_window_size(asked: int | None, batch_budget: int | None,

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from datapipe.errors import ArgumentError
+from datapipe.sampling.elastic import Segment, follow
 from datapipe.sampling.tokens import TokenPlan
 
 # Windows planned and kept: the one being drawn, the next, and a padding repeat's.
@@ -80,6 +82,17 @@ class TokenWindows:
             i = bisect.bisect(self._known, start.window)
             self._known.insert(i, start.window)
             self._known_batches.insert(i, start.batch)
+
+    def learn_checked(self, start: WindowStart, window_documents: int, tokens: int,
+                      where: str) -> None:
+        """`learn`, once `start` is shown possible: a window of this epoch, no more documents
+        before it than its windows hold, no more tokens than the corpus has."""
+        if start.window > self.num_windows or start.documents > start.window * window_documents \
+                or start.tokens > tokens:
+            raise ArgumentError(f"load_state_dict: the state's cursor {start.to_json()} is "
+                                f"impossible for {where} ({self.num_windows} windows of "
+                                f"{window_documents} documents)")
+        self.learn(start)
 
     def start(self, w: int) -> WindowStart:
         """Where window w begins (w == num_windows: the epoch's end), walking from the nearest
@@ -152,6 +165,13 @@ class TokenStream:
 
     def after(self, world_size: int, batches_done: int) -> TokenStream:
         return TokenStream(self.windows, self.drawn + batches_done * world_size)
+
+    def drawn_by(self, lineage: Sequence[Segment], batches_done: int, world_size: int,
+                 epoch: int) -> tuple[int, int]:
+        """(documents, tokens) the ranks drew: in the segments of `lineage`, then in each
+        rank's first `batches_done` batches at `world_size`."""
+        rest = follow(self, lineage, epoch)
+        return self.windows.drawn(rest.drawn + batches_done * world_size)
 
     def rank_plan(self, rank: int, world_size: int) -> RankWindows:
         return RankWindows(self.windows, self.drawn, rank, world_size)

@@ -37,6 +37,12 @@ class LengthSummary:
         return cls(len(lengths), int(lengths.sum(dtype=np.int64)),
                    int(lengths.max()) if len(lengths) else 0)
 
+    @classmethod
+    def joined(cls, parts: list[LengthSummary]) -> LengthSummary:
+        """The summary of several datasets' documents, one after another."""
+        return cls(sum(p.count for p in parts), sum(p.total for p in parts),
+                   max((p.longest for p in parts), default=0))
+
     def to_json(self) -> str:
         return json.dumps({"count": self.count, "total": self.total, "longest": self.longest,
                            "checked": self.checked})
