@@ -36,7 +36,7 @@ from datapipe.loader.mixing import check_mixture_arguments, describe, samples_dr
 from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.sampling.mixture import Mixture, MixtureRemainder
 from datapipe.sampling.mixture_weights import ScheduleArg, WeightSchedule
-from datapipe.sampling.order import EpochPlan, SampleRemainder, epoch_permutation
+from datapipe.sampling.order import EpochPlan, KeyedOrder, SampleRemainder
 from datapipe.system import available_cores
 
 DECODERS = ("cpu", "dali")
@@ -237,7 +237,7 @@ class Loader(LoaderBase):
     def _epoch_start(self, epoch: int) -> SampleRemainder | MixtureRemainder:
         if self.mixture is not None:
             return self.mixture.start(epoch)
-        order = epoch_permutation(self.num_samples, self.seed, epoch, self.shuffle)
+        order = KeyedOrder(self.num_samples, self.seed, epoch, self.shuffle)
         return SampleRemainder(order, self.batch_size, self.drop_last, self.shuffle)
 
     def _pass_batches(self) -> Iterator[dict[str, Any]]:
