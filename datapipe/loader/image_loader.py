@@ -34,9 +34,10 @@ from datapipe.loader.extra_columns import choose as extra_column_names
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
 from datapipe.loader.mixing import check_mixture_arguments, describe, samples_drawn
 from datapipe.loader.progress_state import manifest_fingerprint
+from datapipe.sampling.elastic import follow
 from datapipe.sampling.mixture import Mixture, MixtureRemainder
-from datapipe.sampling.mixture_weights import ScheduleArg, WeightSchedule
-from datapipe.sampling.order import EpochPlan, SampleRemainder, epoch_permutation
+from datapipe.sampling.mixture_weights import ScheduleArg
+from datapipe.sampling.order import EpochPlan, KeyedOrder, SampleRemainder
 from datapipe.system import available_cores
 
 DECODERS = ("cpu", "dali")
@@ -237,7 +238,7 @@ class Loader(LoaderBase):
     def _epoch_start(self, epoch: int) -> SampleRemainder | MixtureRemainder:
         if self.mixture is not None:
             return self.mixture.start(epoch)
-        order = epoch_permutation(self.num_samples, self.seed, epoch, self.shuffle)
+        order = KeyedOrder(self.num_samples, self.seed, epoch, self.shuffle)
         return SampleRemainder(order, self.batch_size, self.drop_last, self.shuffle)
 
     def _pass_batches(self) -> Iterator[dict[str, Any]]:
@@ -336,11 +337,15 @@ class Loader(LoaderBase):
         """Samples each source of a mixture gave so far, all ranks together: the epochs before
         this one whole, then this one up to the last batch handed out (also in the state dict,
         as `progress`). One dataset counts as one source."""
-        mixture = self.mixture or Mixture((self.num_samples,), WeightSchedule.parse([1], ["0"]),
-                                          self.batch_size, None, self.drop_last, self.seed,
-                                          self.shuffle)
-        names = self.mixing.sources.names if self.mixing else (describe(self.path),)
-        return samples_drawn(mixture, self._position, self.world_size, names)
+        if self.mixture is not None:
+            return samples_drawn(self.mixture, self._position, self.world_size,
+                                 self.mixing.sources.names)
+        # One dataset: what all ranks drew of this epoch is where what is left of its order
+        # starts, counted without planning anything (a mixture plans its epoch whole).
+        position = self._position
+        rest = follow(self._epoch_start(position.epoch), position.segments, position.epoch)
+        drawn = rest.after(self.world_size, position.batches_done).start
+        return {describe(self.path): {"samples": position.epoch * self.num_samples + drawn}}
 
     def _source_offsets(self) -> Any:
         return None if self.mixture is None else self.mixture.offsets

@@ -103,34 +103,49 @@ def start_prefetch(path: Any, offsets: np.ndarray | None,
                                           1 / len(remote)) for s in remote])
 
 
-def shards_by_batch(plan: Any, shard_starts: np.ndarray,
-                    window: tuple[int, int] | None = None) -> list[np.ndarray]:
+class ShardWalk:
     """The shards each batch of `plan` reads, in order of first use within the batch (of a
-    mixture's source, its ids within `window`, counted from its start)."""
-    out = []
-    for b in range(len(plan)):
-        indices = plan.batch(b)[0]
-        if window is not None:
-            indices = indices[(indices >= window[0]) & (indices < window[1])] - window[0]
-        shards = np.searchsorted(shard_starts, indices, side="right") - 1
-        out.append(np.unique(shards))
-    return out
+    mixture's source, its ids within `window`, counted from its start), found as the look-ahead
+    reaches a batch and forgotten once the loader is past it: what it costs is the batches
+    ahead, never a walk of the whole plan (10^9 samples are millions of batches)."""
+
+    def __init__(self, plan: Any, shard_starts: np.ndarray,
+                 window: tuple[int, int] | None = None) -> None:
+        self.plan, self.shard_starts, self.window = plan, shard_starts, window
+        self._found: dict[int, np.ndarray] = {}
+
+    def shards(self, b: int) -> np.ndarray:
+        found = self._found.get(b)
+        if found is None:
+            indices = self.plan.batch(b)[0]
+            if self.window is not None:
+                lo, hi = self.window
+                indices = indices[(indices >= lo) & (indices < hi)] - lo
+            found = np.unique(np.searchsorted(self.shard_starts, indices, side="right") - 1)
+            self._found[b] = found
+        return found
+
+    def forget_before(self, b: int) -> None:
+        for done in [k for k in self._found if k < b]:
+            del self._found[done]
 
 
-def upcoming_shards(by_batch: list[np.ndarray], batch: int, sizes: np.ndarray,
-                    budget: int) -> list[int]:
+def upcoming_shards(walk: ShardWalk, batch: int, sizes: np.ndarray, budget: int) -> list[int]:
     """Shards read from `batch` on, in order of first need, while they fit `budget` bytes
-    (always at least one)."""
+    (always at least one). The walk stops there, or once every shard is chosen."""
+    walk.forget_before(batch)
     chosen: dict[int, None] = {}
     total = 0
-    for shards in by_batch[batch:]:
-        for k in shards.tolist():
+    for b in range(batch, len(walk.plan)):
+        for k in walk.shards(b).tolist():
             if k in chosen:
                 continue
             if chosen and total + sizes[k] > budget:
                 return list(chosen)
             chosen[k] = None
             total += int(sizes[k])
+        if len(chosen) == len(sizes):
+            break
     return list(chosen)
 
 
@@ -145,7 +160,7 @@ def _run(location: Any, plan_for: Callable[[int], Any], progress: Any, stop: Any
     sizes = np.array([s.bytes for s in manifest.shards], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum([s.rows for s in manifest.shards])])
     budget = int(source.cache.settings.limit * share) // 2
-    epoch_seen, by_batch = None, []
+    epoch_seen, walk = None, None
     failed: set[int] = set()  # not tried again: the reader reports it when it gets there
     with ThreadPoolExecutor(_PARALLEL_DOWNLOADS) as pool:
         while not stop.is_set():
@@ -154,9 +169,9 @@ def _run(location: Any, plan_for: Callable[[int], Any], progress: Any, stop: Any
                 time.sleep(_POLL_SECONDS)
                 continue
             if epoch != epoch_seen:
-                by_batch = shards_by_batch(plan_for(epoch), starts, window)
+                walk = ShardWalk(plan_for(epoch), starts, window)
                 epoch_seen = epoch
-            missing = [k for k in upcoming_shards(by_batch, batch, sizes, budget)
+            missing = [k for k in upcoming_shards(walk, batch, sizes, budget)
                        if k not in failed and not source.is_cached(manifest.shards[k])]
             if not missing:
                 time.sleep(_POLL_SECONDS)

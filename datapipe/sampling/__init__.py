@@ -1,5 +1,13 @@
 """Pure functions on sample indices: epoch order, rank shares, batches."""
 
-from datapipe.sampling.order import EpochPlan, epoch_permutation, rank_share
+from datapipe.sampling.order import (
+    ArrayOrder,
+    EpochOrder,
+    EpochPlan,
+    KeyedOrder,
+    SampleRemainder,
+    epoch_permutation,
+)
 
-__all__ = ["EpochPlan", "epoch_permutation", "rank_share"]
+__all__ = ["ArrayOrder", "EpochOrder", "EpochPlan", "KeyedOrder", "SampleRemainder",
+           "epoch_permutation"]

@@ -28,7 +28,7 @@ from datapipe.format.concat import split_ids
 from datapipe.sampling.elastic import Segment, drawn_prefix
 from datapipe.sampling.mixture_streams import even_merge, spread_counts, stream_slice
 from datapipe.sampling.mixture_weights import WeightSchedule, apportion
-from datapipe.sampling.order import EpochPlan, SampleRemainder
+from datapipe.sampling.order import ArrayOrder, EpochPlan, SampleRemainder
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ class MixtureRemainder:
         return count <= self.batches_per_rank(world_size)
 
     def order(self, world_size: int) -> np.ndarray:
-        """The combined ids of all places, as ranks draw them (strided, as rank_share)."""
+        """The combined ids of all places, as ranks draw them (strided, as EpochPlan)."""
         m = self.mixture
         if self.pools is None:
             parts = m.parts(self.epoch, world_size)
@@ -182,7 +182,8 @@ class MixtureRemainder:
     def rank_plan(self, rank: int, world_size: int) -> EpochPlan:
         """Rank `rank`'s batches of combined ids (split_ids gives source and local index)."""
         m = self.mixture
-        rest = SampleRemainder(self.order(world_size), m.batch_size, m.drop_last, m.shuffle)
+        rest = SampleRemainder(ArrayOrder(self.order(world_size)), m.batch_size, m.drop_last,
+                               m.shuffle)
         return rest.rank_plan(rank, world_size)
 
     def drawn_table(self, world_size: int) -> np.ndarray:

@@ -445,7 +445,7 @@ def test_image_ranks_from_the_group_see_every_sample_once(worlds: Callable[[int]
 def test_image_drop_last_drops_only_each_ranks_incomplete_batch(
         worlds: Callable[[int], WorldRun], world: int, batch: int) -> None:
     """drop_last acts like DataLoader's on each rank's share of ceil(N / world) samples (the
-    share rank_share documents): every batch is full, only each share's incomplete last batch
+    share EpochPlan documents): every batch is full, only each share's incomplete last batch
     goes. Shares stride the epoch's (padded) order, so its first world * batch * steps places
     are kept: min(N, that) distinct samples are seen, the rest of the dataset is dropped."""
     ranks = worlds(world)[f"image-drop-last-{batch}"]
