@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.loader.token_plans import RankTokenPlan, WindowedRankPlan
-from datapipe.sampling.index_shuffle import IndexShuffle
+from datapipe.sampling.order import KeyedOrder
 from datapipe.sampling.overflow import Overflow
 from datapipe.sampling.token_windows import TokenStream, TokenWindows
 from datapipe.sampling.tokens import (
@@ -62,8 +62,7 @@ class TokenEpochPlanner:
         """All ranks' batches of window w: the documents at its places of the epoch's order."""
         n = len(self.lengths)
         places = np.arange(w * self.plan_window, min((w + 1) * self.plan_window, n))
-        docs = (IndexShuffle(n, [self.seed, epoch, 0x5EED])(places) if self.shuffle
-                else places)
+        docs = KeyedOrder(n, self.seed, epoch, self.shuffle).at(places)
         lengths = np.asarray(self.lengths[docs], dtype=np.int64)
         if self.overflow is not None:
             docs, lengths = self.overflow.apply_to(docs, lengths)

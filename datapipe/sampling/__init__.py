@@ -6,8 +6,6 @@ from datapipe.sampling.order import (
     EpochPlan,
     KeyedOrder,
     SampleRemainder,
-    epoch_permutation,
 )
 
-__all__ = ["ArrayOrder", "EpochOrder", "EpochPlan", "KeyedOrder", "SampleRemainder",
-           "epoch_permutation"]
+__all__ = ["ArrayOrder", "EpochOrder", "EpochPlan", "KeyedOrder", "SampleRemainder"]

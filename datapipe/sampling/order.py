@@ -66,15 +66,6 @@ class KeyedOrder:
         return places if self._shuffle is None else self._shuffle(places)
 
 
-def epoch_permutation(num_samples: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-    """A global shuffle of all sample ids as one array, the same on every rank (the text
-    planner's document order; image plans look places up in a KeyedOrder instead)."""
-    if not shuffle:
-        return np.arange(num_samples, dtype=np.int64)
-    rng = np.random.default_rng([seed, epoch, 0x5EED])
-    return rng.permutation(num_samples).astype(np.int64)
-
-
 @dataclass(frozen=True)
 class _Chunk:
     """The ids and padding flags of a run of a plan's batches, the last ones looked up."""
@@ -125,12 +116,6 @@ class EpochPlan:
         if self.drop_last:
             return self.share // self.batch_size
         return -(-self.share // self.batch_size)
-
-    def has(self, b: int) -> bool:
-        return 0 <= b < len(self)
-
-    def is_last(self, b: int) -> bool:
-        return b == len(self) - 1
 
     def has(self, b: int) -> bool:
         return 0 <= b < len(self)

@@ -13,7 +13,7 @@ import pytest
 
 from datapipe.errors import ArgumentError
 from datapipe.sampling.elastic import Segment, follow, parse_lineage
-from datapipe.sampling.order import KeyedOrder, SampleRemainder, epoch_permutation
+from datapipe.sampling.order import KeyedOrder, SampleRemainder
 from datapipe.sampling.tokens import (
     Pieces,
     TokenPlan,
@@ -124,7 +124,7 @@ def _cover(coverage: list[np.ndarray], plan: TokenPlan, world: int,
 @pytest.mark.parametrize("worlds", [(2, 3), (3, 2), (1, 3), (2, 3, 2), (3, 2, 4)])
 def test_tokens_resumed_at_other_world_sizes_see_every_token_once(layout: str,
                                                                   worlds: tuple[int, ...]) -> None:
-    order = epoch_permutation(len(LENGTHS), 0, 2, True)
+    order = KeyedOrder(len(LENGTHS), 0, 2, True).at(np.arange(len(LENGTHS)))
     start = TokenRemainder.start(order, LENGTHS, PLANNERS[layout])
     for done in itertools.product(range(0, 9, 2), repeat=len(worlds) - 1):
         coverage = [np.zeros(n, dtype=np.int64) for n in LENGTHS]
@@ -140,7 +140,7 @@ def test_tokens_resumed_at_other_world_sizes_see_every_token_once(layout: str,
 
 
 def test_tokens_left_keep_epoch_order_and_pieces_join_again() -> None:
-    order = epoch_permutation(len(LENGTHS), 0, 2, True)
+    order = KeyedOrder(len(LENGTHS), 0, 2, True).at(np.arange(len(LENGTHS)))
     start = TokenRemainder.start(order, LENGTHS, _packed)
     rest = start.after(2, 1)  # two packed batches drawn: a document may be cut between them
     drawn = start.plan.row_offsets[start.plan.batch_offsets[2]]

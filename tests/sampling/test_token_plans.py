@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from datapipe.sampling.groups import follow_cuts, offsets, ranges
-from datapipe.sampling.order import epoch_permutation
+from datapipe.sampling.order import KeyedOrder
 from datapipe.sampling.tokens import (
     Pieces,
     TokenPlan,
@@ -173,7 +173,7 @@ def test_planners_give_the_reference_batches_at_every_world_size_and_resume(
         n = int(rng.choice([0, 1, 2, 7, 40, 120]))
         lengths = rng.integers(0, 90, n) * (rng.random(n) < 0.9)  # a tenth empty
         (package, reference), settings = _settings(layout, rng, int(lengths.max(initial=0)))
-        order = epoch_permutation(n, case, 1, shuffle=True)
+        order = KeyedOrder(n, case, 1, True).at(np.arange(n))
         got = TokenRemainder.start(order, lengths, _replanner(layout, package, settings, case))
         want = TokenRemainder.start(order, lengths, _replanner(layout, reference, settings, case))
         what = f"{layout} case {case} ({n} documents, {settings})"
