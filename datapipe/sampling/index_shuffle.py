@@ -22,6 +22,7 @@ ROUNDS = 6
 MAX_SIZE = 1 << 62
 _MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX_2 = np.uint64(0x94D049BB133111EB)
+_SHIFTS = (np.uint64(30), np.uint64(27), np.uint64(31))
 
 
 class IndexShuffle:
@@ -52,22 +53,23 @@ class IndexShuffle:
 
     def _permute(self, x: np.ndarray) -> np.ndarray:
         left, right = x >> self._shift, x & self._mask
-        for key in self._keys:
-            left, right = right, left ^ (_mix(right ^ key) & self._mask)
-        return (left << self._shift) | right
+        with np.errstate(over="ignore"):  # the mixing multiplies wrap around, as meant
+            for key in self._keys:
+                mixed = _mix(right ^ key)
+                mixed &= self._mask
+                mixed ^= left
+                left, right = right, mixed
+        left <<= self._shift
+        left |= right
+        return left
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: every input bit flips each output bit with probability ~1/2."""
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * _MIX_1
-        x = (x ^ (x >> np.uint64(27))) * _MIX_2
-    return x ^ (x >> np.uint64(31))
-
-
-def shuffled_positions(n: int, key: Sequence[int], shuffle: bool,
-                       positions: np.ndarray) -> np.ndarray:
-    """The epoch order's entries at `positions`: shuffled by `key`, or the positions themselves."""
-    if not shuffle:
-        return np.asarray(positions, dtype=np.int64)
-    return IndexShuffle(n, key)(positions)
+    """splitmix64's finalizer, in place on `x` (a temporary of the caller's): every input bit
+    flips each output bit with probability ~1/2."""
+    x ^= x >> _SHIFTS[0]
+    x *= _MIX_1
+    x ^= x >> _SHIFTS[1]
+    x *= _MIX_2
+    x ^= x >> _SHIFTS[2]
+    return x

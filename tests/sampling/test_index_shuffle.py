@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from datapipe.errors import ArgumentError
-from datapipe.sampling.index_shuffle import MAX_SIZE, IndexShuffle, shuffled_positions
+from datapipe.sampling.index_shuffle import MAX_SIZE, IndexShuffle
 
 SIZES = sorted({1, 2, 3, 5, 7, 10, 99, 1001, *(2**k + d for k in range(2, 17, 3)
                                                for d in (-1, 0, 1)), 10**6 + 3})
@@ -87,9 +87,3 @@ def test_sizes_past_int64_places_are_refused() -> None:
     with pytest.raises(IndexError):
         IndexShuffle(10, [0])(np.array([10]))
 
-
-def test_shuffle_false_is_the_identity() -> None:
-    places = np.array([4, 0, 9])
-    assert np.array_equal(shuffled_positions(10, [1], False, places), places)
-    assert np.array_equal(shuffled_positions(10, [1], True, places),
-                          IndexShuffle(10, [1])(places))
