@@ -50,7 +50,7 @@ def test_every_row_measures_every_size_in_a_process_of_its_own(smoke: tuple) -> 
             # The loaders' two workers hold memory of their own; the floor has none.
             assert (figures["workers_mb"] > 20) == (name != "tokens-memmap"), (name, size)
             # Resumed mid-epoch: a state saved after some batches, not at the end.
-            assert 1 <= figures["resumed_at"] < figures["batches"], (name, size)
+            assert figures["resumed_at"] >= 1 and figures["resumed_mid_epoch"], (name, size)
     meta = data["groups"]["scale"]["meta"]
     assert meta["sizes"] == {"tokens": [1000, 10000], "images": [1000, 10000]}
     for part in ("tokens", "images"):

@@ -199,12 +199,16 @@ def run_loader(make: Callable[[], Any]) -> Record:
     next(batches)
     first = time.perf_counter()
     training, workers = tree_memory([os.getpid()]), tree_memory(loader.worker_pids)
-    steps = 1  # not len(): a plan made a window at a time walks the whole epoch for it
+    # Up to RESUME_AFTER batches, but the last state kept is a mid-epoch one. Not len(): a
+    # plan made a window at a time walks the whole epoch for it.
+    steps, state = 1, loader.state_dict()
     for _ in range(RESUME_AFTER - 1):
         if next(batches, None) is None:
             break
-        steps += 1
-    state = loader.state_dict()
+        later = loader.state_dict()
+        if isinstance(later, dict) and later["epoch_finished"]:
+            break
+        steps, state = steps + 1, later
     loader.close()
     again_start = time.perf_counter()
     again = make()
@@ -215,7 +219,8 @@ def run_loader(make: Callable[[], Any]) -> Record:
     again.close()
     return {"construct_s": made - start, "first_batch_s": first - made, "training_mb": training,
             "workers_mb": workers, "resume_s": resumed - loading,
-            "resume_construct_s": loading - again_start, "resumed_at": steps}
+            "resume_construct_s": loading - again_start, "resumed_at": steps,
+            "resumed_mid_epoch": not (isinstance(state, dict) and state["epoch_finished"])}
 
 
 def run_tokens(job: Job, world_size: int) -> Record:
