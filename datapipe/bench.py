@@ -198,14 +198,13 @@ _SIZES: tuple[np.ndarray, np.ndarray, str] | None = None  # heights, widths, enc
 
 def _open_dataset(path: Any, crop: int | None) -> None:
     """A pool process's dataset, and for crops the stored sizes the crops are planned from
-    (read once here, as the loader's workers read them once)."""
+    (the node's memory maps of them, as the loader's workers read them)."""
     global _DATASET, _SIZES
     from datapipe.format.dataset import Dataset
 
     _DATASET = Dataset(path)
     if crop is not None:
-        _SIZES = (_DATASET.scalar("height").astype(np.int64),
-                  _DATASET.scalar("width").astype(np.int64),
+        _SIZES = (_DATASET.scalar_map("height"), _DATASET.scalar_map("width"),
                   _DATASET.manifest.settings.get("encoding", "jpeg"))
 
 

@@ -78,6 +78,11 @@ class ConcatDataset:
         """A scalar column over every source, in combined order."""
         return np.concatenate([ds.scalar(name) for ds in self.sources])
 
+    def scalar_map(self, name: str) -> CombinedColumn:
+        """A scalar column over every source by combined id: each source's own map
+        (Dataset.scalar_map), nothing the size of the whole made."""
+        return CombinedColumn([ds.scalar_map(name) for ds in self.sources], self.offsets)
+
     def cells(self, name: str, indices: np.ndarray) -> np.ndarray | list[Any]:
         """Column `name` of the combined ids `indices` (as Dataset.cells), source by source."""
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
@@ -107,6 +112,32 @@ class ConcatDataset:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class CombinedColumn:
+    """One scalar column of several sources, indexed by combined id as an array is: `[ids]`
+    gathers each source's values from its own (memory-mapped) column, `[i]` is one value."""
+
+    def __init__(self, parts: Sequence[np.ndarray], offsets: np.ndarray) -> None:
+        self.parts = list(parts)
+        self.offsets = offsets
+        self.dtype = np.result_type(*self.parts)
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def __getitem__(self, ids: int | np.integer | np.ndarray) -> Any:
+        if isinstance(ids, int | np.integer):
+            if not 0 <= ids < len(self):
+                raise IndexError(f"id {ids} out of range ({len(self)} samples)")
+            s = int(np.searchsorted(self.offsets, ids, side="right")) - 1
+            return self.parts[s][ids - self.offsets[s]]
+        source, local = split_ids(np.asarray(ids, dtype=np.int64), self.offsets)
+        values = np.empty(len(local), dtype=self.dtype)
+        for s in np.unique(source).tolist():
+            at = source == s
+            values[at] = self.parts[s][local[at]]
+        return values
 
 
 def split_ids(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

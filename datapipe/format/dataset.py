@@ -6,6 +6,7 @@ shards reach a local path through the node's cache.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ import numpy as np
 from datapipe.errors import DataError
 from datapipe.format.check_marks import CheckMarks
 from datapipe.format.integrity import check_verify_mode, open_checked
+from datapipe.format.scalar_index import remote_scalars
+from datapipe.format.scalar_maps import ScalarMaps
 from datapipe.format.shard_reader import ShardReader
 from datapipe.format.sources import RemoteLocation, ShardFile, open_source
 
@@ -42,6 +45,7 @@ class Dataset:
         self._readers: dict[int, ShardReader] = {}
         self._files: dict[int, ShardFile] = {}
         self._on_close: list[Callable[[int], None]] = []
+        self._maps: ScalarMaps | None = None
         self._marks = CheckMarks(self.side_directory, self.manifest_digest())
         # A remote dataset keeps few shards open (in use, so not evictable): the cache may be
         # smaller than the dataset.
@@ -159,13 +163,52 @@ class Dataset:
         return cells
 
     def scalar(self, name: str) -> np.ndarray:
-        """A scalar column over the whole dataset (labels, lengths), read shard by shard."""
-        self.manifest.column(name)
-        if self.source.remote:  # read apart from the payloads, see scalar_index.py
-            return self.source.scalar(self.manifest, name)
+        """A scalar column over the whole dataset (labels, lengths): a private array read shard
+        by shard; a remote dataset's is its scalar map (read apart from the payloads)."""
+        self._scalar_column(name)
+        if self.source.remote:
+            return self.scalar_map(name)
         if not self.num_shards:
             return np.empty(0, dtype=self.manifest.column(name).numpy_dtype)
         return np.concatenate([self.shard(k).scalar(name) for k in range(self.num_shards)])
+
+    def scalar_map(self, name: str) -> np.ndarray:
+        """A scalar column over the whole dataset, read-only and memory-mapped from the node's
+        index of them (scalar_maps.py): built once per node, its pages shared by every process
+        that maps it, no shard opened to read it; a private array where the index cannot be
+        written. Index it per batch (`values[indices]`)."""
+        self._scalar_column(name)
+        return self._scalar_maps().column(name)
+
+    def scalar_range(self, name: str) -> tuple[Any, Any]:
+        """(smallest, largest) value of a scalar column, from its map's summary ((None, None)
+        for no samples)."""
+        self._scalar_column(name)
+        summary = self._scalar_maps().summary(name)
+        return summary.low, summary.high
+
+    def _scalar_column(self, name: str) -> None:
+        column = self.manifest.column(name)
+        if not column.is_scalar:
+            raise DataError(f"{self.directory}: column {name!r} is {column.type}, not a scalar")
+
+    def _scalar_maps(self) -> ScalarMaps:
+        if self._maps is None:
+            read = (functools.partial(remote_scalars, self.source, self.manifest)
+                    if self.source.remote else self._shard_scalars)
+            self._maps = ScalarMaps(self.side_directory, self.manifest, self.manifest_digest(),
+                                    read, always_hash=self.verify == "open")
+        return self._maps
+
+    def _shard_scalars(self, names: list[str]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """Each shard's columns `names`, checked as a shard is when it opens; a shard opened
+        for them alone is closed again."""
+        for k in range(self.num_shards):
+            was_open = k in self._readers
+            reader = self.shard(k)
+            yield int(self.shard_starts[k]), {name: reader.scalar(name) for name in names}
+            if not was_open:
+                self._close_shard(k)
 
     def close(self) -> None:
         for k in list(self._readers):

@@ -3,15 +3,14 @@
 Loaders need every sample's label, size or length before the first batch; downloading every
 shard for that would fill the cache with a whole epoch before training starts. Both formats
 keep scalars apart from payloads (Arrow buffers per column, the msgpack footer), so they are
-read with range requests: tens of KB per shard. The result is kept once per node in the cache's
-index folder, named by the manifest's hash, so workers and later runs read one small file.
+read with range requests: tens of KB per shard, and kept once per node in the cache's index
+folder as memory-mapped columns (scalar_maps.py), so workers and later runs map small files.
 The values get the same checks as a shard's scalars when it is opened.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import DataError
-from datapipe.format.cache import exclusive_lock
 from datapipe.format.integrity import check_shard_values
 from datapipe.format.manifest import Manifest, ShardInfo
 from datapipe.format.schema import Column
@@ -29,62 +27,16 @@ from datapipe.format.shard_reader import ShardReader
 _PARALLEL_READS = 16  # range requests are latency-bound: overlap them
 
 
-def remote_scalar(source: Any, manifest: Manifest, name: str) -> np.ndarray:
-    """Column `name` over the whole dataset (`source` is a RemoteShards)."""
-    column = manifest.column(name)
-    if not column.is_scalar:
-        raise DataError(f"{source.location}: column {name!r} is {column.type}, not a scalar")
-    columns = getattr(source, "_scalar_index", None)
-    if columns is None:
-        columns = source._scalar_index = _load_or_build(source, manifest)
-    return columns[name]
-
-
-def _load_or_build(source: Any, manifest: Manifest) -> dict[str, np.ndarray]:
-    source.side_directory.mkdir(parents=True, exist_ok=True)
-    stem = f"scalars-{source.manifest_digest().split(':')[1]}"
-    path = source.cache.index_file(f"{stem}.npz")
-    names = [c.name for c in manifest.columns if c.is_scalar]
-    columns = _load_intact(path, names, manifest.num_samples)
-    if columns is not None:
-        return columns
-    with exclusive_lock(source.cache.index_file(f"{stem}.lock")):  # one process per node reads them
-        columns = _load_intact(path, names, manifest.num_samples)
-        if columns is None:
-            columns = _read_all(source, manifest, names)
-            _save(path, columns)
-    return columns
-
-
-def _load_intact(path: Path, names: list[str], count: int) -> dict[str, np.ndarray] | None:
-    try:
-        with np.load(path) as saved:
-            columns = {name: saved[name] for name in names}
-    except (OSError, ValueError, KeyError, EOFError):
-        return None
-    return columns if all(len(v) == count for v in columns.values()) else None
-
-
-def _save(path: Path, columns: dict[str, np.ndarray]) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **columns)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError:  # best effort: without the file, the next process reads them again
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-
-
-def _read_all(source: Any, manifest: Manifest, names: list[str]) -> dict[str, np.ndarray]:
+def remote_scalars(source: Any, manifest: Manifest,
+                   names: list[str]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """Each shard's columns `names` (`source` is a RemoteShards), in shard order, checked:
+    what scalar_maps.py writes once per node."""
     starts = np.concatenate([[0], np.cumsum([s.rows for s in manifest.shards])])
     with ThreadPoolExecutor(_PARALLEL_READS) as pool:
-        parts = list(pool.map(lambda k: _shard_scalars(source, manifest, k, int(starts[k]),
-                                                       names), range(len(manifest.shards))))
-    return {name: np.concatenate([p[name] for p in parts]) if parts else
-            np.empty(0, dtype=manifest.column(name).numpy_dtype) for name in names}
+        parts = pool.map(lambda k: _shard_scalars(source, manifest, k, int(starts[k]), names),
+                         range(len(manifest.shards)))
+        for k, part in enumerate(parts):
+            yield int(starts[k]), part
 
 
 def _shard_scalars(source: Any, manifest: Manifest, k: int, first_sample: int,

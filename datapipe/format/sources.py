@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
-
 from datapipe.errors import DataError
 from datapipe.format.cache import CacheSettings, CorruptDownload, PinnedFile, ShardCache
 from datapipe.format.hashing import hash_bytes, hash_file
@@ -178,11 +176,6 @@ class RemoteShards:
         that several processes on a node can share it without pinning all of it."""
         largest = max((s.bytes for s in manifest.shards), default=1)
         return max(1, self.cache.settings.limit // (2 * max(largest, 1)))
-
-    def scalar(self, manifest: Manifest, name: str) -> np.ndarray:
-        from datapipe.format.scalar_index import remote_scalar
-
-        return remote_scalar(self, manifest, name)
 
 
 def _cache_key(info: ShardInfo) -> str:

@@ -232,7 +232,9 @@ def as_pipeline(transform: Transform | None) -> Pipeline:
 
 def plan_crops(pipeline: Pipeline, heights: np.ndarray, widths: np.ndarray,
                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Per sample: crop box (x0, y0, w, h) in stored pixels, and whether to flip."""
+    """Per sample: crop box (x0, y0, w, h) in stored pixels, and whether to flip. The sizes
+    may be of any integer dtype (a stored column's own): areas are computed in int64."""
+    heights, widths = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
     crop, n = pipeline.crop, len(heights)
     if isinstance(crop, RandomResizedCrop):
         boxes = _random_resized_boxes(crop, heights, widths, rng)

@@ -5,19 +5,21 @@ Two datasets whose label 0 means "cat" in one and "ant" in the other cannot shar
 they are. `classes="union"` gives the loader the sorted union of their class names;
 `classes=[...]` gives it a list of your own (a model's head, say), which must name every class
 of every dataset. Either is a pure relabelling: each dataset's label i becomes the place of its
-class i in the loader's list, through a small int array per dataset, applied once to the label
-column a worker (or the DALI producer) loads when it starts; a batch costs nothing more.
+class i in the loader's list, through a small int array per dataset, applied per batch to the
+labels a worker (or the DALI producer) looks up in the datasets' memory-mapped label columns:
+a gather and a lookup per batch, in the workers, and no per-worker copy of a column.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 import numpy as np
 
 from datapipe.errors import ArgumentError, DataError
-from datapipe.format.concat import ConcatDataset
+from datapipe.format.concat import ConcatDataset, split_ids
 from datapipe.format.dataset import Dataset
 from datapipe.format.manifest import Manifest
 from datapipe.format.shard_reader import verify_hint
@@ -80,20 +82,40 @@ def resolve_classes(manifests: Sequence[Manifest], locations: Sequence[object],
     return ClassLabels(names, None if unchanged else tuple(maps))
 
 
-def relabelled(dataset: Dataset | ConcatDataset,
-               maps: tuple[tuple[int, ...], ...] | None) -> np.ndarray:
-    """The dataset's labels (int64, in combined order for several), each source's renumbered
-    by its map."""
-    labels = dataset.scalar("label").astype(np.int64)
-    if maps is None:
-        return labels
-    sources = dataset.sources if isinstance(dataset, ConcatDataset) else [dataset]
-    offsets = dataset.offsets if isinstance(dataset, ConcatDataset) else (0, len(labels))
-    for s, (source, table) in enumerate(zip(sources, maps, strict=True)):
-        own = labels[offsets[s]:offsets[s + 1]]
-        if len(own) and (own.min() < 0 or own.max() >= len(table)):
-            bad = int(own[(own < 0) | (own >= len(table))][0])
-            raise DataError(f"{source.directory}: label {bad} is not one of its manifest's "
-                            f"{len(table)} classes {verify_hint(str(source.directory))}")
-        own[:] = np.asarray(table, dtype=np.int64)[own]
-    return labels
+class BatchLabels:
+    """A batch's labels (int64) by sample id: looked up in the datasets' memory-mapped label
+    columns and, with `maps`, renumbered per batch through each sample's dataset's table.
+    Nothing the size of a column is made; a worker pays a gather and a lookup per batch."""
+
+    def __init__(self, dataset: Dataset | ConcatDataset,
+                 maps: tuple[tuple[int, ...], ...] | None) -> None:
+        self.column = dataset.scalar_map("label")
+        self.maps = maps
+        if maps is None:
+            return
+        sources = dataset.sources if isinstance(dataset, ConcatDataset) else [dataset]
+        self.offsets = dataset.offsets if isinstance(dataset, ConcatDataset) else \
+            np.array([0, len(dataset)], dtype=np.int64)
+        self.sizes = np.array([len(table) for table in maps], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+        self.tables = np.array([label for table in maps for label in table], dtype=np.int64)
+        self.names = [str(source.directory) for source in sources]
+        for s, source in enumerate(sources):  # at start, from the columns' summaries
+            low, high = source.scalar_range("label")
+            if low is not None and (low < 0 or high >= self.sizes[s]):
+                self._refuse(s, low if low < 0 else high)
+
+    def __getitem__(self, ids: np.ndarray) -> np.ndarray:
+        labels = np.asarray(self.column[ids]).astype(np.int64)
+        if self.maps is None:
+            return labels
+        source = split_ids(np.asarray(ids, dtype=np.int64), self.offsets)[0]
+        bad = (labels < 0) | (labels >= self.sizes[source])
+        if bad.any():
+            first = int(np.argmax(bad))
+            self._refuse(int(source[first]), int(labels[first]))
+        return self.tables[self.starts[source] + labels]
+
+    def _refuse(self, source: int, label: int) -> NoReturn:
+        raise DataError(f"{self.names[source]}: label {label} is not one of its manifest's "
+                        f"{self.sizes[source]} classes {verify_hint(self.names[source])}")

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from datapipe.format.concat import ConcatDataset
 from datapipe.format.dataset import Dataset
 from datapipe.format.manifest import Manifest
 
@@ -23,13 +24,14 @@ def choose(manifest: Manifest, wanted: tuple[str, ...] | None,
 
 
 class ExtraColumns:
-    """A worker's reader of the extra columns: scalar columns are read whole once (a batch
-    takes its values by index), the others sample by sample (Dataset.cells)."""
+    """A worker's reader of the extra columns: scalar columns from the node's memory maps of
+    them (a batch gathers its values by index; no copy per worker), the others sample by
+    sample (Dataset.cells)."""
 
-    def __init__(self, dataset: Dataset, names: tuple[str, ...]) -> None:
+    def __init__(self, dataset: Dataset | ConcatDataset, names: tuple[str, ...]) -> None:
         self.dataset = dataset
         self.names = names
-        self.scalars = {name: dataset.scalar(name) for name in names
+        self.scalars = {name: dataset.scalar_map(name) for name in names
                         if dataset.manifest.column(name).is_scalar}
 
     def of(self, indices: np.ndarray) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from datapipe.image.normalize import NUMPY_DTYPES
 from datapipe.image.placement import ViewSpec
 from datapipe.image.transforms import Normalize, Pipeline, plan_crops
 from datapipe.image.worker_steps import StepFailed, ViewDecoder
-from datapipe.loader.class_labels import relabelled
+from datapipe.loader.class_labels import BatchLabels
 from datapipe.loader.extra_columns import ExtraColumns
 from datapipe.loader.workers import BatchTask, worker_timing
 
@@ -86,9 +86,11 @@ class ImageBatchBuilder:
         self.spec = spec
         self.dataset = open_dataset(spec.directory, verify=spec.verify)
         self.encoding = self.dataset.manifest.settings.get("encoding", "jpeg")
-        self.heights = self.dataset.scalar("height").astype(np.int64)
-        self.widths = self.dataset.scalar("width").astype(np.int64)
-        self.labels = relabelled(self.dataset, spec.label_maps)  # once: no per-batch cost
+        # Memory-mapped in their stored dtypes: the node's page cache, not a copy per worker;
+        # gathered per batch (plan_crops computes in int64 whatever it is given).
+        self.heights = self.dataset.scalar_map("height")
+        self.widths = self.dataset.scalar_map("width")
+        self.labels = BatchLabels(self.dataset, spec.label_maps)
         self.extras = ExtraColumns(self.dataset, spec.extra_columns)
         self.decoders = [ViewDecoder(view, v, spec.seed) for v, view in enumerate(spec.views)]
 
@@ -100,9 +102,9 @@ class ImageBatchBuilder:
                           .view(NUMPY_DTYPES[view.pixel_dtype]).reshape(-1, h, w, 3))
         return images
 
-    def _plans(self, task: BatchTask) -> list[tuple[np.ndarray, np.ndarray]]:
-        idx = task.indices
-        return [plan_crops(view.pipeline, self.heights[idx], self.widths[idx],
+    def _plans(self, task: BatchTask, heights: np.ndarray,
+               widths: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [plan_crops(view.pipeline, heights, widths,
                            batch_rng(self.spec.seed, task.epoch, task.batch_no, v))
                 for v, view in enumerate(self.spec.views)]
 
@@ -110,7 +112,8 @@ class ImageBatchBuilder:
         started = time.perf_counter()
         idx = task.indices
         images = self._view_images(out, len(idx))
-        plans = self._plans(task)
+        heights, widths = self.heights[idx], self.widths[idx]  # the batch's, gathered once
+        plans = self._plans(task, heights, widths)
         shards, rows = self.dataset.locate_many(idx)
         kept: list[int] = []
         skipped: list[tuple[int, str]] = []
@@ -125,8 +128,8 @@ class ImageBatchBuilder:
                 for decoder, (boxes, flips), view_images in zip(self.decoders, plans, images,
                                                                 strict=True):
                     row_out = view_images[len(kept)]
-                    decode_into(data, self.encoding, int(self.heights[index]),
-                                int(self.widths[index]), boxes[j], bool(flips[j]),
+                    decode_into(data, self.encoding, int(heights[j]), int(widths[j]),
+                                boxes[j], bool(flips[j]),
                                 decoder.decode_target(row_out), decoder.table)
                     decoder.finish(row_out, task.epoch, index)
             except StepFailed as exc:

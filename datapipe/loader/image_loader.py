@@ -201,14 +201,16 @@ class Loader(LoaderBase):
         refuse_empty(ds)
 
     @staticmethod
-    def _output_size(ds: Dataset, pipeline: Any) -> tuple[int, int]:
+    def _output_size(ds: Dataset | ConcatDataset, pipeline: Any) -> tuple[int, int]:
         if pipeline.output_size:
             return pipeline.output_size
-        heights, widths = ds.scalar("height"), ds.scalar("width")
-        if len(heights) and (heights.min() != heights.max() or widths.min() != widths.max()):
+        parts = ds.sources if isinstance(ds, ConcatDataset) else [ds]
+        sizes = {(part.scalar_range("height"), part.scalar_range("width")) for part in parts}
+        (height, width), *others = sizes
+        if others or height[0] != height[1] or width[0] != width[1]:
             raise ArgumentError(f"{ds.directory}: stored images differ in size; give a "
                                 "transform that crops to one size (RandomResizedCrop, CenterCrop)")
-        return (int(heights[0]), int(widths[0])) if len(heights) else (1, 1)
+        return (int(height[0]), int(width[0])) if height[0] is not None else (1, 1)
 
     def _largest_batch(self) -> int:
         """The most samples a batch of this rank can hold: batch_size, or the rank's share of

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import datapipe as dp
+from datapipe.format import Dataset
 from datapipe.format.cache import CacheSettings
 from tests.conftest import convert
 from tests.imagegen import make_image_folder
@@ -114,6 +115,30 @@ def test_msgpack_datasets_read_over_s3_as_from_a_folder(tmp_path: Path, s3_bucke
 
     assert _same(batches(tmp_path / "text"),
                  batches(_uploaded(tmp_path / "text", s3_bucket, "text")))
+
+
+def test_a_urls_scalar_columns_are_mapped_from_the_cache_without_a_shard(
+        image_shards: Path, s3_bucket: str, tmp_path: Path) -> None:
+    """Labels and sizes of a URL dataset are read with range requests once per node, into one
+    file per column in the cache's index folder (in the column's own dtype), which every
+    process then maps: no shard is downloaded for them, nothing is copied per process."""
+    url = _uploaded(image_shards, s3_bucket)
+    names = ("label", "height", "width")
+    with Dataset(image_shards) as local:
+        stored = {name: local.scalar(name) for name in names}
+    seen = []
+    for _ in range(2):
+        with Dataset(url) as ds:
+            columns = {name: ds.scalar_map(name) for name in names}
+        for name, column in columns.items():
+            assert isinstance(column, np.memmap)
+            assert Path(column.filename).parent == tmp_path / "cache" / "index"
+            assert column.dtype == stored[name].dtype
+            np.testing.assert_array_equal(column, stored[name])
+        seen.append({name: (column.filename, Path(column.filename).stat().st_ino)
+                     for name, column in columns.items()})
+    assert seen[0] == seen[1], "built once, then mapped"
+    assert not _cached_shards(tmp_path / "cache")
 
 
 def test_cold_then_warm_cache(image_shards: Path, s3_bucket: str, tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ workers, the batches' `source` and `index` checked against each dataset's own la
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -325,6 +327,29 @@ def test_resume_of_a_relabelled_mixture_is_exact(zoo: dict[str, Path]) -> None:
         rest = list(second)
     named = _class_names(rest, second.classes, zoo)
     assert len(named) == 12 and all(label == own for label, own in named)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_label_outside_its_datasets_classes_is_refused_when_a_batch_reads_it(
+        zoo: dict[str, Path], tmp_path: Path, num_workers: int) -> None:
+    """Labels are renumbered per batch, from the datasets' mapped label columns. A label no
+    class of its dataset has (here a map damaged with its stamp kept, which is trusted, not
+    hashed) is a DataError naming that dataset, not another class's number."""
+    wild = Path(shutil.copytree(zoo["wild"], tmp_path / "wild"))
+    with Dataset(wild) as ds:
+        column = ds.scalar_map("label")
+        path, at = Path(column.filename), column.offset + (len(column) - 1) * column.itemsize
+    stat = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(np.int64(7).tobytes())
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with dp.Loader({"pets": zoo["pets"], "wild": wild}, batch_size=4, num_workers=num_workers,
+                   transform=CROP, classes="union") as loader, \
+            pytest.raises(DataError) as info:
+        list(loader)
+    assert str(info.value) == (f"{wild}: label 7 is not one of its manifest's 3 classes (a "
+                               f"corrupt shard? run `datapipe verify {wild}`)")
 
 
 def test_other_classes_are_refused_naming_the_option_and_lists_that_cannot_be_used(

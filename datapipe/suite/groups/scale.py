@@ -57,7 +57,7 @@ class ScaleGroup(Group):
 
     def prepare(self, opts: Options, outcomes: dict[str, Outcome]) -> dict[str, Any]:
         """Each corpus a row still in the running reads, made once under DATA, its length
-        index built (as a first run leaves it) and its files page-cached."""
+        index or scalar maps built (as a first run leaves them) and its files page-cached."""
         from datapipe.format.dataset import Dataset
         from datapipe.text.index import document_lengths
 
@@ -75,9 +75,11 @@ class ScaleGroup(Group):
                 out = build_once(opts.data / "scale" / f"{part}-v{VERSION}-{n}",
                                  f"writing {n:,} {sr.UNITS[part]} ...",
                                  functools.partial(write, count=n))
-                if part == "tokens":
-                    with Dataset(out / "dataset") as ds:
+                with Dataset(out / "dataset") as ds:
+                    if part == "tokens":
                         document_lengths(ds)
+                    else:
+                        ds.scalar_map("label")  # and the other scalar columns, mapped
                 warm_page_cache(sorted(out.rglob("*")))
                 meta["corpora"].setdefault(part, {})[str(n)] = str(out)
         return meta
