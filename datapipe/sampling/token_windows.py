@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -187,18 +187,28 @@ class RankWindows:
     drawn: int
     rank: int
     world_size: int
+    # The last global batches looked up: a batch is asked after several times (has, is_last,
+    # padding, its ids and ranges), on the training thread.
+    _recent: dict[int, Located | None] = field(default_factory=dict, compare=False, repr=False)
+
+    def _locate(self, g: int) -> Located | None:
+        if g not in self._recent:
+            if len(self._recent) >= 8:
+                self._recent.clear()
+            self._recent[g] = self.windows.locate(g)
+        return self._recent[g]
 
     def global_batch(self, b: int) -> int:
         return self.drawn + b * self.world_size + self.rank
 
     def has(self, b: int) -> bool:
-        return b >= 0 and self.windows.locate(self.drawn + b * self.world_size) is not None
+        return b >= 0 and self._locate(self.drawn + b * self.world_size) is not None
 
     def is_last(self, b: int) -> bool:
         return self.has(b) and not self.has(b + 1)
 
     def padding(self, b: int) -> bool:
-        return self.windows.locate(self.global_batch(b)) is None
+        return self._locate(self.global_batch(b)) is None
 
     def __len__(self) -> int:
         return -(-max(0, self.windows.total() - self.drawn) // self.world_size)
@@ -206,7 +216,7 @@ class RankWindows:
     def located(self, b: int) -> Located:
         """Batch b's window and place there (a padding batch: a real one of what was left)."""
         g = self.global_batch(b)
-        at = self.windows.locate(g)
+        at = self._locate(g)
         if at is None:
             left = self.windows.total() - self.drawn
             at = self.windows.locate(self.drawn + (g - self.drawn) % left)
