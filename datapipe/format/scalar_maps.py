@@ -40,6 +40,7 @@ from datapipe.format.cache import exclusive_lock
 from datapipe.format.hashing import StreamHash, hash_bytes
 from datapipe.format.manifest import Manifest
 from datapipe.format.schema import Column
+from datapipe.format.stamped_files import file_stamp, summary_path, write_atomically
 
 PREFIX = ".datapipe-scalars-"
 # Every shard's scalar columns, in shard order: (its first sample, {column: values}).
@@ -126,8 +127,8 @@ class ScalarMaps:
         is removed). Its values are hashed when it changed since they last matched."""
         try:
             values = np.load(path, mmap_mode="r")
-            summary = ColumnSummary.from_json(_summary_path(path).read_text())
-            stamp = _file_stamp(path)
+            summary = ColumnSummary.from_json(summary_path(path).read_text())
+            stamp = file_stamp(path)
         except (OSError, ValueError, EOFError, TypeError, KeyError):
             values = summary = None
         if values is not None and summary is not None and values.ndim == 1 \
@@ -137,9 +138,9 @@ class ScalarMaps:
                 return values, summary
             if path.stem.endswith(f"-{_digest(values)}"):
                 summary = replace(summary, checked=stamp)
-                _write_atomically(_summary_path(path), summary.to_json().encode())
+                write_atomically(summary_path(path), summary.to_json().encode())
                 return values, summary
-        for stale in (path, _summary_path(path)):
+        for stale in (path, summary_path(path)):
             with contextlib.suppress(OSError):  # another process may have removed it first
                 stale.unlink()
         return None
@@ -228,9 +229,9 @@ class _ColumnWriter:
         digest = self.hash.hexdigest().split(":")[1][:16]
         path = directory / f"{prefix}{place}-{digest}.npy"
         summary = ColumnSummary(self.column.name, self.count, self.low, self.high,
-                                _file_stamp(self.tmp))
-        if not _write_atomically(_summary_path(path), summary.to_json().encode()):
-            raise OSError(f"{_summary_path(path)}: cannot be written")
+                                file_stamp(self.tmp))
+        if not write_atomically(summary_path(path), summary.to_json().encode()):
+            raise OSError(f"{summary_path(path)}: cannot be written")
         os.replace(self.tmp, path)
         return path
 
@@ -246,25 +247,7 @@ def _summary_of(name: str, values: np.ndarray) -> ColumnSummary:
     return ColumnSummary(name, len(values), values.min().item(), values.max().item())
 
 
-def _summary_path(path: Path) -> Path:
-    return path.with_suffix(".json")
-
-
-def _file_stamp(path: Path) -> tuple[int, int]:
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns
 
 
 def _digest(values: np.ndarray) -> str:
     return hash_bytes(memoryview(np.ascontiguousarray(values)).cast("B")).split(":")[1][:16]
-
-
-def _write_atomically(path: Path, data: bytes) -> bool:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-        return True
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        return False

@@ -23,6 +23,7 @@ import numpy as np
 
 from datapipe.format.dataset import Dataset
 from datapipe.format.hashing import hash_bytes
+from datapipe.format.stamped_files import file_stamp, summary_path, write_atomically
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,6 @@ class LengthSummary:
         checked = fields.pop("checked", None)
         return cls(**fields, checked=tuple(checked) if checked else None)
 
-
-def _file_stamp(path: Path) -> tuple[int, int]:
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns
 
 
 def _cache_prefix(dataset: Dataset) -> str:
@@ -91,9 +88,6 @@ def length_index(dataset: Dataset) -> tuple[np.ndarray, LengthSummary]:
     return lengths, summary
 
 
-def _summary_path(path: Path) -> Path:
-    return path.with_suffix(".json")
-
 
 def _load_intact(path: Path, count: int,
                  always_hash: bool) -> tuple[np.ndarray, LengthSummary] | None:
@@ -101,8 +95,8 @@ def _load_intact(path: Path, count: int,
     Its content is hashed when the file changed since it last matched, or `always_hash`."""
     try:
         lengths = np.load(path, mmap_mode="r")
-        summary = LengthSummary.from_json(_summary_path(path).read_text())
-        stamp = _file_stamp(path)
+        summary = LengthSummary.from_json(summary_path(path).read_text())
+        stamp = file_stamp(path)
     except (OSError, ValueError, EOFError, TypeError, KeyError):
         lengths = summary = None
     if lengths is not None and summary is not None and lengths.dtype == np.int64 \
@@ -111,9 +105,9 @@ def _load_intact(path: Path, count: int,
             return lengths, summary
         if path.stem.endswith(f"-{_content_digest(lengths)}"):
             summary = replace(summary, checked=stamp)
-            _write_atomically(_summary_path(path), summary.to_json().encode())
+            write_atomically(summary_path(path), summary.to_json().encode())
             return lengths, summary
-    for stale in (path, _summary_path(path)):
+    for stale in (path, summary_path(path)):
         with contextlib.suppress(OSError):  # another process may have removed it first
             stale.unlink()
     return None
@@ -127,20 +121,9 @@ def _save_quietly(path: Path, lengths: np.ndarray, summary: LengthSummary) -> bo
     try:
         with open(tmp, "wb") as f:
             np.save(f, lengths)
-        stamped = replace(summary, checked=_file_stamp(tmp))
-        if not _write_atomically(_summary_path(path), stamped.to_json().encode()):
+        stamped = replace(summary, checked=file_stamp(tmp))
+        if not write_atomically(summary_path(path), stamped.to_json().encode()):
             raise OSError
-        os.replace(tmp, path)
-        return True
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        return False
-
-
-def _write_atomically(path: Path, data: bytes) -> bool:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
         os.replace(tmp, path)
         return True
     except OSError:
