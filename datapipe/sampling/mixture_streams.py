@@ -1,6 +1,12 @@
 """The building blocks of a mixture's order: each source's endless stream of samples, and ways
 to interleave sources evenly, as whole numpy arrays (an epoch of millions of samples never takes
 a Python step per sample).
+
+A stream is its source's permutations back to back. A small source's come in blocks of
+generator permutations (an up-weighted source of 10 samples may need 100,000 of them in one
+epoch); a large source's permutation is a keyed shuffle computed per position
+(sampling/index_shuffle.py), so a slice of it costs what the slice holds and no array the size
+of the source is ever made.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ from fractions import Fraction
 
 import numpy as np
 
-# Permutations of a small source come in blocks drawn at once (one generator per block): an
-# up-weighted source of 10 samples may need 100,000 of them in one epoch.
+from datapipe.sampling.index_shuffle import IndexShuffle
+
+# Sources up to this size have their permutations drawn in blocks (one generator per block);
+# larger ones are shuffled per position.
 _BLOCK_SAMPLES = 1 << 16
 # The latest blocks made in this process, for plans made epoch after epoch: an epoch takes one
 # permutation of a block that holds hundreds of a small source's (a few MB at most).
@@ -30,21 +38,36 @@ def stream_slice(size: int, seed: int, source: int, start: int, count: int, shuf
     of permutations kept for the caller's next slices of the same streams.)"""
     if count <= 0:
         return np.zeros(0, dtype=np.int64)
+    if not shuffle:
+        return (start + np.arange(count, dtype=np.int64)) % size
+    if size > _BLOCK_SAMPLES:
+        return _keyed_slice(size, seed, source, start, count)
     first, last = start // size, (start + count - 1) // size
-    if shuffle:
-        blocks = []
-        for c in _block_starts(size, first, last):
-            if cache is None or (source, c) not in cache:
-                block = _recent_permutation(size, seed, source, c)
-                if cache is not None:
-                    cache[source, c] = block
-            blocks.append(block if cache is None else cache[source, c])
-        perms = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
-        base = _block_starts(size, first, last)[0]
-    else:
-        perms, base = np.tile(np.arange(size, dtype=np.int64), last - first + 1), first
+    blocks = []
+    for c in _block_starts(size, first, last):
+        if cache is None or (source, c) not in cache:
+            block = _recent_permutation(size, seed, source, c)
+            if cache is not None:
+                cache[source, c] = block
+        blocks.append(block if cache is None else cache[source, c])
+    perms = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+    base = _block_starts(size, first, last)[0]
     lo = start - base * size
     return perms[lo:lo + count]
+
+
+def _keyed_slice(size: int, seed: int, source: int, start: int, count: int) -> np.ndarray:
+    """stream_slice of a large source: permutation c is IndexShuffle keyed by (seed, source, c),
+    asked for the positions the slice covers in it."""
+    out = np.empty(count, dtype=np.int64)
+    done = 0
+    while done < count:
+        cycle, into = divmod(start + done, size)
+        take = min(count - done, size - into)
+        shuffle = IndexShuffle(size, [seed, source, cycle, 0x313C])
+        out[done:done + take] = shuffle(np.arange(into, into + take, dtype=np.int64))
+        done += take
+    return out
 
 
 def _block_size(size: int) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import tracemalloc
 from collections import Counter
 from collections.abc import Iterator
 
@@ -16,6 +17,7 @@ import pytest
 from datapipe.errors import ArgumentError
 from datapipe.sampling.elastic import Segment
 from datapipe.sampling.mixture import Mixture, MixtureRemainder, drawn_in_epoch, split_ids
+from datapipe.sampling.mixture_streams import stream_slice
 from datapipe.sampling.mixture_weights import MixtureWeights, WeightSchedule, apportion
 
 
@@ -313,3 +315,30 @@ def test_the_identity_names_what_a_saved_state_must_match() -> None:
     assert mixture((10, 5), [(0, [3, 1]), (40, [1, 2])], 4).identity() != a
     assert mixture((10, 5), [(0, [3, 1]), (40, [1, 1])], 4, 16).identity() != a
     assert mixture((10, 6), [(0, [3, 1]), (40, [1, 1])], 4, 15).identity() != a
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_a_large_source_streams_whole_permutations_sliced_anywhere(shuffle: bool) -> None:
+    # Above the block size a source's permutations are computed per position: any slicing of
+    # its stream gives the same entries, and each cycle holds every sample once.
+    size = (1 << 16) + 77
+    whole = stream_slice(size, 5, 1, size - 1000, size + 2000, shuffle)
+    parts = [stream_slice(size, 5, 1, size - 1000 + lo, 700, shuffle)
+             for lo in range(0, size + 2000, 700)]
+    assert np.array_equal(np.concatenate(parts)[:size + 2000], whole)
+    cycle = whole[1000:1000 + size]
+    assert np.array_equal(np.sort(cycle), np.arange(size))
+    assert shuffle == (not np.array_equal(cycle, np.arange(size)))
+    other = stream_slice(size, 5, 1, 2 * size, size, shuffle)
+    assert shuffle == (not np.array_equal(other, cycle)), "each cycle its own permutation"
+
+
+def test_a_slice_of_a_huge_source_costs_what_the_slice_holds() -> None:
+    tracemalloc.start()
+    try:
+        part = stream_slice(10**9, 0, 0, 3 * 10**9 - 500, 1000, True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(set(part[:500].tolist())) == 500 and part.max() < 10**9
+    assert peak < 1 << 20, f"{peak:,} bytes for a slice of 1,000"
