@@ -1,24 +1,23 @@
-"""How TokenLoader plans an epoch: one dataset a window of documents at a time over a shuffle
-computed per position (sampling/token_windows.py), a mixture's interleaved epoch whole; and a
-rank's share of it, in the shape the batch producer asks for."""
+"""How TokenLoader plans an epoch: a window of documents at a time (sampling/token_windows.py),
+the documents of one dataset in a shuffle computed per position, a mixture's interleaved a
+window at a time (sampling/mixture_tokens.py); and a rank's share of it, in the shape the batch
+producer asks for."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from datapipe.loader.token_plans import RankTokenPlan, WindowedRankPlan
+from datapipe.loader.token_plans import WindowedRankPlan
 from datapipe.sampling.order import KeyedOrder
 from datapipe.sampling.overflow import Overflow
 from datapipe.sampling.token_windows import TokenStream, TokenWindows
 from datapipe.sampling.tokens import (
     Pieces,
     TokenPlan,
-    TokenRemainder,
     plan_fixed,
     plan_packed,
     plan_padded,
@@ -47,22 +46,24 @@ class TokenEpochPlanner:
     lengths: np.ndarray  # per document (a mixture's: in combined order)
     mixing: Any = None  # a TokenMixing, or None for one dataset
 
-    def epoch(self, epoch: int) -> TokenRemainder | TokenStream:
+    def documents(self, epoch: int) -> int:
+        """Places in epoch `epoch`'s order."""
+        return len(self.lengths) if self.mixing is None else self.mixing.documents(epoch)
+
+    def epoch(self, epoch: int) -> TokenStream:
         """Epoch `epoch` before any batch is drawn."""
-        if self.mixing is None:
-            windows = -(-len(self.lengths) // self.plan_window)
-            return TokenStream(TokenWindows(windows, functools.partial(self.window, epoch)))
-        lengths = self.mixing.epoch(epoch).lengths  # weighed by the tokens the policy keeps
-        order = np.flatnonzero(lengths)  # a dropped document brought none
-        if self.overflow is not None:
-            order, lengths = self.overflow.apply(order, lengths)
-        return TokenRemainder.start(order, lengths, functools.partial(self.batches, epoch))
+        windows = -(-self.documents(epoch) // self.plan_window)
+        return TokenStream(TokenWindows(windows, functools.partial(self.window, epoch),
+                                        None if self.mixing is None else self.mixing.source_of))
 
     def window(self, epoch: int, w: int) -> TokenPlan:
         """All ranks' batches of window w: the documents at its places of the epoch's order."""
-        n = len(self.lengths)
-        places = np.arange(w * self.plan_window, min((w + 1) * self.plan_window, n))
-        docs = KeyedOrder(n, self.seed, epoch, self.shuffle).at(places)
+        n = self.documents(epoch)
+        lo, hi = w * self.plan_window, min((w + 1) * self.plan_window, n)
+        if self.mixing is None:
+            docs = KeyedOrder(n, self.seed, epoch, self.shuffle).at(np.arange(lo, hi))
+        else:
+            docs = self.mixing.window(epoch, lo, hi)
         lengths = np.asarray(self.lengths[docs], dtype=np.int64)
         if self.overflow is not None:
             docs, lengths = self.overflow.apply_to(docs, lengths)
@@ -82,16 +83,8 @@ class TokenEpochPlanner:
                                self.batch_multiple_of, self.bucket_batches, rng)
         return plan_fixed(pieces, self.seq_len, self.rows_per_batch, self.pack_window, rng, cap)
 
-    def rank_plan(self, rest: TokenRemainder | TokenStream, epoch: int, rank: int,
-                  world_size: int) -> RankTokenPlan | WindowedRankPlan:
+    def rank_plan(self, rest: TokenStream, rank: int, world_size: int) -> WindowedRankPlan:
         # A truncated document's rest is not trained on: its last target stays -100.
         carry = self.overflow is None or self.overflow.mode == "split"
         lengths = self.lengths if carry else None
-        if isinstance(rest, TokenStream):
-            return WindowedRankPlan(rest.rank_plan(rank, world_size), lengths)
-        plan, is_pad = rest.rank_plan(rank, world_size)
-        if self.mixing is not None:
-            # The plan numbers the epoch's documents; the workers read them by combined id
-            # (renumbered once here, not per batch), whose lengths are self.lengths.
-            plan = dataclasses.replace(plan, doc=self.mixing.combined_ids(epoch)[plan.doc])
-        return RankTokenPlan(plan, is_pad, lengths)
+        return WindowedRankPlan(rest.rank_plan(rank, world_size), lengths)

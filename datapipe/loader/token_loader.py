@@ -29,7 +29,6 @@ from datapipe.loader.token_batches import LOSS_MASK, TokenBatchBuilder, split_sl
 from datapipe.loader.token_epochs import TokenEpochPlanner
 from datapipe.loader.token_mixing import TokenMixing, step_unit
 from datapipe.loader.token_plans import (
-    RankTokenPlan,
     WindowedRankPlan,
     aligned_columns,
     batch_budget,
@@ -43,9 +42,6 @@ from datapipe.loader.token_plans import (
 )
 from datapipe.sampling.mixture_weights import ScheduleArg
 from datapipe.sampling.token_windows import TokenStream, WindowStart
-from datapipe.sampling.tokens import (
-    TokenRemainder,
-)
 from datapipe.text.collate import CollateOptions, Gathered, collate
 from datapipe.text.fields import OPTIONAL_FIELDS, resolve
 from datapipe.text.index import LengthSummary, length_index
@@ -168,7 +164,10 @@ class TokenLoader(LoaderBase):
                      for n in self.source_lengths], weight_by, epoch_size, seed, shuffle,
             step_unit(weight_by, self.max_tokens, self.batch_size,
                       self._rows_per_batch() * self.seq_len if layout == "fixed" else None,
-                      self.world_size))
+                      self.world_size),
+            [s.longest if self.overflow is None else min(s.longest, self.overflow.cap)
+             for s in self.source_summaries],
+            None if self.overflow else [s.total for s in self.source_summaries])
         self._check_fields(BATCH_KEYS[layout] + COMMON_KEYS + extras
                            + tuple(sorted(self.batch_fields.optional))
                            + ((SOURCE_FIELD,) if self.mixing else ()))
@@ -184,7 +183,7 @@ class TokenLoader(LoaderBase):
             self.pad_to_multiple_of, self.batch_multiple_of, self.bucket_batches,
             self.pack_window, self.plan_window, shuffle, seed, self.overflow, self.lengths,
             self.mixing)
-        self._starts: dict[int, TokenRemainder | TokenStream] = {}
+        self._starts: dict[int, TokenStream] = {}
         self._tokens_seen = self._tokens_computed = self._loss_tokens_seen = 0
         tokens = self._max_batch_tokens()
         self._producer = BatchProducer(
@@ -208,6 +207,7 @@ class TokenLoader(LoaderBase):
                     part.check_hashes()  # here, before workers fork: each shard hashed once
             indexes = [length_index(part) for part in parts]
             self.source_lengths = [lengths for lengths, _ in indexes]
+            self.source_summaries = [summary for _, summary in indexes]
             # One dataset: its memory-mapped index itself (no private copy of N lengths).
             self.lengths = (self.source_lengths[0] if len(parts) == 1
                             else np.concatenate(self.source_lengths))
@@ -227,12 +227,14 @@ class TokenLoader(LoaderBase):
     def _reweight(self, state: dict[str, Any]) -> bool:
         if self.mixing is None:
             return False
+        before = self.mixing.mixture
         changed = self.mixing.reconcile(state, self._fresh_epoch_start)
-        self._starts.clear()  # planned with the weights before, or the state's
-        self._plans.clear()
+        if self.mixing.mixture is not before:  # planned with the weights before, or the state's
+            self._starts.clear()
+            self._plans.clear()
         return changed
 
-    def _fresh_epoch_start(self, epoch: int) -> TokenRemainder | TokenStream:
+    def _fresh_epoch_start(self, epoch: int) -> TokenStream:
         """The epoch planned anew (the mixture's weights changed)."""
         self._starts.clear()
         return self._epoch_start(epoch)
@@ -266,7 +268,7 @@ class TokenLoader(LoaderBase):
 
     # --- plans ---------------------------------------------------------------------------
 
-    def _epoch_start(self, epoch: int) -> TokenRemainder | TokenStream:
+    def _epoch_start(self, epoch: int) -> TokenStream:
         """The epoch's documents (a mixture's: its interleaved list, numbered in order) and
         their plan, kept for the epoch under way and the next (progress() asks again)."""
         start = self._starts.get(epoch)
@@ -276,9 +278,9 @@ class TokenLoader(LoaderBase):
             start = self._starts[epoch] = self._planner.epoch(epoch)
         return start
 
-    def _rank_plan(self, rest: TokenRemainder | TokenStream,
-                   epoch: int) -> RankTokenPlan | WindowedRankPlan:
-        return self._planner.rank_plan(rest, epoch, self.rank, self.world_size)
+    def _rank_plan(self, rest: TokenStream,
+                   epoch: int) -> WindowedRankPlan:
+        return self._planner.rank_plan(rest, self.rank, self.world_size)
 
     # --- iteration -----------------------------------------------------------------------
 
@@ -294,7 +296,7 @@ class TokenLoader(LoaderBase):
             yield batch
         self._finish_empty(start, plan)
 
-    def _host_batches(self, plan: RankTokenPlan | WindowedRankPlan, epoch: int,
+    def _host_batches(self, plan: WindowedRankPlan, epoch: int,
                       start: int) -> Iterator[tuple[int, dict[str, Any]]]:
         upcoming = functools.partial(self._upcoming, epoch + 1)
         for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start, upcoming),
@@ -324,7 +326,6 @@ class TokenLoader(LoaderBase):
         start = self._epoch_start(position.epoch)
         if self.mixing is not None:
             return self.mixing.progress(position, self.world_size, start)
-        assert isinstance(start, TokenStream)
         documents, tokens = start.drawn_by(position.segments, position.batches_done,
                                         self.world_size, position.epoch)
         per_epoch = (self.num_documents - self.documents_dropped,
@@ -336,8 +337,7 @@ class TokenLoader(LoaderBase):
         state = super().state_dict()
         state["loss_tokens_seen"] = self._loss_tokens_seen
         plan = self._plan(self._position.epoch)
-        if isinstance(plan, WindowedRankPlan):
-            state["cursor"] = plan.rank_windows.cursor(self._position.batches_done).to_json()
+        state["cursor"] = plan.rank_windows.cursor(self._position.batches_done).to_json()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -346,7 +346,7 @@ class TokenLoader(LoaderBase):
                              state.get("loss_tokens_seen", 0) if isinstance(state, dict) else 0)
         cursor = parse_cursor(state.get("cursor") if isinstance(state, dict) else None)
         epoch = None
-        if cursor is not None and self.mixing is None:
+        if cursor is not None:
             epoch = check_counter("load_state_dict: the state's epoch", state.get("epoch"))
             self._learn_cursor(epoch, cursor)
         try:
@@ -361,9 +361,8 @@ class TokenLoader(LoaderBase):
     def _learn_cursor(self, epoch: int, cursor: WindowStart) -> None:
         """Where the state's window begins, so that restoring plans that window alone."""
         start = self._epoch_start(epoch)
-        assert isinstance(start, TokenStream)
-        start.windows.learn_checked(cursor, self.plan_window, self.length_summary.total,
-                                    f"epoch {epoch}")
+        tokens = self.mixing.max_epoch_tokens() if self.mixing else self.length_summary.total
+        start.windows.learn_checked(cursor, self.plan_window, tokens, f"epoch {epoch}")
 
     @property
     def loss_tokens_seen(self) -> int:
@@ -392,6 +391,5 @@ class TokenLoader(LoaderBase):
             identity["bucket_batches"] = self.bucket_batches
         elif self.layout == "fixed":
             identity["pack_window"] = self.pack_window
-        if self.mixing is None:
-            identity["plan_window"] = self.plan_window
+        identity["plan_window"] = self.plan_window
         return identity

@@ -1,6 +1,6 @@
-"""TokenLoader's side of a mixture: each epoch's documents (sampling/mixture_tokens.py), their
-combined ids for the workers, a batch's `source` beside its `index`, and what each source gave
-so far."""
+"""TokenLoader's side of a mixture: each epoch's documents a window at a time
+(sampling/mixture_tokens.py), their combined ids for the workers, a batch's `source` beside its
+`index`, and what each source gave so far."""
 
 from __future__ import annotations
 
@@ -14,43 +14,56 @@ from datapipe.errors import ArgumentError
 from datapipe.loader.mixing import MixtureSetup, splice
 from datapipe.loader.progress_state import LoaderPosition
 from datapipe.sampling.elastic import is_count, parse_lineage
-from datapipe.sampling.mixture_tokens import (
-    WEIGHT_UNITS,
-    MixtureDocuments,
-    TokenMixture,
-    drawn_in_token_epoch,
-)
+from datapipe.sampling.mixture_tokens import WEIGHT_UNITS, TokenMixture
 from datapipe.sampling.mixture_weights import Phase, WeightSchedule
-from datapipe.sampling.tokens import TokenRemainder
+from datapipe.sampling.token_windows import TokenStream
 
 _UNIT_NEEDS = {"tokens": "give max_tokens, or layout='fixed' with seq_len",
                "documents": "give batch_size without max_tokens"}
 
-_CACHED_EPOCHS = 2  # the epoch under way and the next one, which workers start on early
+
+@dataclasses.dataclass(frozen=True)
+class CombinedSources:
+    """The source of each combined document id (sources read as one, ConcatDataset)."""
+
+    offsets: np.ndarray  # source s's documents are ids offsets[s] .. offsets[s + 1] - 1
+
+    @property
+    def sources(self) -> int:
+        return len(self.offsets) - 1
+
+    def __call__(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.offsets, ids, side="right") - 1
 
 
 class TokenMixing:
-    """A TokenLoader's mixture of `source_lengths` (per source, per document: its tokens)."""
+    """A TokenLoader's mixture of `source_lengths` (per source, per document: the tokens the
+    overflow policy keeps); `longest`: each source's longest document."""
 
     def __init__(self, setup: MixtureSetup, source_lengths: Sequence[np.ndarray],
                  weight_by: str, epoch_size: int | None, seed: int, shuffle: bool,
-                 step_unit: int | None) -> None:
+                 step_unit: int | None, longest: Sequence[int],
+                 totals: Sequence[int] | None = None) -> None:
         if weight_by not in WEIGHT_UNITS:
             raise ArgumentError(f"weight_by must be one of {', '.join(WEIGHT_UNITS)}, got "
                                 f"{weight_by!r}")
         self.setup = setup
         self.names = setup.sources.names
-        sizes = [int(n.sum()) if weight_by == "tokens" else len(n) for n in source_lengths]
+        totals = tuple(totals) if totals is not None else tuple(
+            int(n.sum(dtype=np.int64)) for n in source_lengths)
+        sizes = list(totals) if weight_by == "tokens" else [len(n) for n in source_lengths]
         self.steps = setup.schedule(sizes)  # as given: phases by step
         if len(self.steps.phases) > 1 and step_unit is None:
             raise ArgumentError(f"weights: phases by step need a fixed amount of {weight_by} "
                                 f"per step to be placed ({_UNIT_NEEDS[weight_by]})")
         self.step_unit = step_unit or 1
+        self.longest = tuple(longest)
         self.mixture = TokenMixture(tuple(source_lengths), self._positions(self.step_unit),
-                                    weight_by, epoch_size, seed, shuffle)
+                                    weight_by, epoch_size, seed, shuffle, totals)
         counts = [len(n) for n in source_lengths]
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self._epochs: dict[int, MixtureDocuments] = {}
+        self.source_of = CombinedSources(self.offsets)
+        self._tokens_before: dict[int, np.ndarray] = {}
 
     def _positions(self, unit: int) -> WeightSchedule:
         """The phases placed in the weights' unit: a phase at step s begins at s x `unit`
@@ -60,10 +73,10 @@ class TokenMixing:
 
     def _use(self, schedule: WeightSchedule) -> None:
         self.mixture = dataclasses.replace(self.mixture, schedule=schedule)
-        self._epochs.clear()  # (the streams, and so their blocks, do not change)
+        self._tokens_before.clear()
 
     def reconcile(self, state: dict[str, Any],
-                  epoch_start: Callable[[int], TokenRemainder]) -> bool:
+                  epoch_start: Callable[[int], TokenStream]) -> bool:
         """Take what a saved state fixed: its phases' placement (a state saved at another
         world size placed them by its own tokens per step, and they stay there), and with
         reweight=True, its weights up to where it stopped, these from there on.
@@ -86,7 +99,7 @@ class TokenMixing:
         return True
 
     def _stopped_at(self, state: dict[str, Any],
-                    epoch_start: Callable[[int], TokenRemainder]) -> int:
+                    epoch_start: Callable[[int], TokenStream]) -> int:
         """Where in the run a state stopped, in the weights' unit, planned with the weights
         held now (the state's own). Its counters were checked by the caller's reconcile."""
         world = state["identity"]["world_size"]
@@ -95,27 +108,21 @@ class TokenMixing:
         return position.epoch * self.mixture.size + self.drawn_in_epoch(
             position, world, epoch_start(position.epoch))
 
-    def epoch(self, epoch: int) -> MixtureDocuments:
-        """The epoch's documents in planning order (made once, kept while it is planned)."""
-        docs = self._epochs.get(epoch)
-        if docs is None:
-            while len(self._epochs) >= _CACHED_EPOCHS:
-                del self._epochs[next(iter(self._epochs))]
-            docs = self._epochs[epoch] = self.mixture.epoch(epoch)
-        return docs
+    def documents(self, epoch: int) -> int:
+        """Documents (places) in epoch `epoch`."""
+        return self.mixture.epoch(epoch).size
 
-    def combined_ids(self, epoch: int) -> np.ndarray:
-        """Per document of the epoch, its id in the sources read as one (ConcatDataset)."""
-        docs = self.epoch(epoch)
-        return self.offsets[docs.source] + docs.local
+    def window(self, epoch: int, lo: int, hi: int) -> np.ndarray:
+        """Combined ids of the documents at places lo .. hi - 1 of the epoch, in order."""
+        source, local = self.mixture.window(epoch, lo, hi)
+        return self.offsets[source] + local
 
     def max_epoch_tokens(self) -> int:
-        """The most tokens an epoch can hold: its size, each source overshooting by at most
-        its longest document (by tokens), or its size in the longest documents."""
-        longest = [int(n.max()) for n in self.mixture.lengths]
-        if self.mixture.by_tokens:
-            return self.mixture.size + sum(longest)
-        return self.mixture.size * max(longest)
+        """More tokens than an epoch can hold: as if each source took the whole epoch's
+        documents at its longest."""
+        mix = self.mixture
+        return sum((mix.entries_at(s, mix.size) + 1) * longest
+                   for s, longest in enumerate(self.longest))
 
     def identity(self) -> dict[str, Any]:
         identity = self.setup.identity(self.mixture.identity())
@@ -124,24 +131,30 @@ class TokenMixing:
         return identity
 
     def drawn_in_epoch(self, position: LoaderPosition, world_size: int,
-                       start: TokenRemainder) -> int:
+                       start: TokenStream) -> int:
         """How far into its epoch `position` is, in the weights' unit, all sources together."""
-        documents, tokens = drawn_in_token_epoch(start, position.segments, world_size,
-                                                 position.batches_done,
-                                                 self.epoch(position.epoch), len(self.names))
-        return int((tokens if self.mixture.by_tokens else documents).sum())
+        documents, tokens = start.drawn_by(position.segments, position.batches_done,
+                                           world_size, position.epoch)
+        return tokens if self.mixture.by_tokens else documents
 
     def progress(self, position: LoaderPosition, world_size: int,
-                 start: TokenRemainder) -> dict[str, dict[str, int]]:
+                 start: TokenStream) -> dict[str, dict[str, int]]:
         """Documents and tokens each source gave up to `position`, all ranks together: the
         epochs before whole, then this one's batches handed out (`start`: its plan)."""
-        docs = self.epoch(position.epoch)
-        documents, tokens = drawn_in_token_epoch(start, position.segments, world_size,
-                                                 position.batches_done, docs, len(self.names))
-        documents += docs.documents_before
-        tokens += docs.tokens_before
+        documents, tokens = start.drawn_by_source(position.segments, position.batches_done,
+                                                  world_size, position.epoch)
+        documents = documents + np.asarray(self.mixture.epoch(position.epoch).entries_before)
+        tokens = tokens + self._tokens_before_epoch(position.epoch)
         return {name: {"documents": int(d), "tokens": int(t)}
                 for name, d, t in zip(self.names, documents, tokens, strict=True)}
+
+    def _tokens_before_epoch(self, epoch: int) -> np.ndarray:
+        found = self._tokens_before.get(epoch)
+        if found is None:
+            if len(self._tokens_before) >= 2:
+                self._tokens_before.pop(next(iter(self._tokens_before)))
+            found = self._tokens_before[epoch] = self.mixture.tokens_before(epoch)
+        return found
 
 
 def step_unit(weight_by: str, max_tokens: int | None, batch_size: int | None,

@@ -28,34 +28,6 @@ WINDOW_BATCHES = 256
 WINDOW_DOCUMENTS = (1 << 12, 1 << 19)
 
 
-@dataclass(frozen=True)
-class RankTokenPlan:
-    """A rank's token plan, in the shape the batch producer asks for."""
-
-    plan: TokenPlan
-    is_pad: np.ndarray  # per batch
-    lengths: np.ndarray | None = None  # per document; None: no piece carries a target on
-
-    def __len__(self) -> int:
-        return len(self.plan)
-
-    def has(self, b: int) -> bool:
-        return 0 <= b < len(self.plan)
-
-    def is_last(self, b: int) -> bool:
-        return b == len(self.plan) - 1
-
-    def padding(self, b: int) -> bool:
-        return bool(self.is_pad[b])
-
-    def batch(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        doc = self.plan.batch(b)[0]
-        return doc, np.full(len(doc), self.is_pad[b])
-
-    def extra(self, b: int) -> dict[str, Any]:
-        return segment_ranges(self.plan, b, self.lengths)
-
-
 def segment_ranges(plan: TokenPlan, b: int, lengths: np.ndarray | None) -> dict[str, Any]:
     """A batch's token ranges and rows, as the batch builder asks for them (`cut`: the pieces
     that end before their document does, when `lengths` are given)."""
@@ -134,13 +106,17 @@ def plan_window_size(asked: int | None, batch_budget: int | None,
 
 
 def parse_cursor(saved: Any) -> WindowStart | None:
-    """A state's `cursor`: [window, first batch, documents before, tokens before]."""
+    """A state's `cursor`: [window, first batch, documents before, tokens before], then for a
+    mixture the documents of each source before, and the tokens of each (checked against the
+    sources when learned)."""
     if saved is None:
         return None
-    if not (isinstance(saved, list) and len(saved) == 4 and all(map(is_count, saved))):
+    if not (isinstance(saved, list) and len(saved) >= 4 and len(saved) % 2 == 0
+            and all(map(is_count, saved))):
         raise ArgumentError("load_state_dict: the state's cursor must be [window, batch, "
-                            f"documents, tokens], four counts; got {saved!r}")
-    return WindowStart(*saved)
+                            "documents, tokens] (and, for a mixture, documents and tokens per "
+                            f"source), counts; got {saved!r}")
+    return WindowStart(*saved[:4], tuple(saved[4:]))
 
 
 def aligned_columns(columns: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:

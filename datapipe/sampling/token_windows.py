@@ -19,6 +19,7 @@ import bisect
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -33,15 +34,17 @@ _KEPT_WINDOWS = 3
 @dataclass(frozen=True)
 class WindowStart:
     """Where window `window` begins: its first batch in the epoch's global sequence, and the
-    documents (counted with their first piece) and tokens of every batch before it."""
+    documents (counted with their first piece) and tokens of every batch before it; for a
+    mixture, also per source (`by_source`: the documents of each, then the tokens of each)."""
 
     window: int
     batch: int
     documents: int
     tokens: int
+    by_source: tuple[int, ...] = ()
 
     def to_json(self) -> list[int]:
-        return [self.window, self.batch, self.documents, self.tokens]
+        return [self.window, self.batch, self.documents, self.tokens, *self.by_source]
 
 
 @dataclass(frozen=True)
@@ -54,13 +57,17 @@ class Located:
 
 
 class TokenWindows:
-    """One epoch's global batch sequence, `plan_window(w)` giving window w's batches."""
+    """One epoch's global batch sequence, `plan_window(w)` giving window w's batches.
+    `source_of` (a mixture's): the source of each document id, for counts per source."""
 
-    def __init__(self, num_windows: int, plan_window: Callable[[int], TokenPlan]) -> None:
+    def __init__(self, num_windows: int, plan_window: Callable[[int], TokenPlan],
+                 source_of: SourceOf | None = None) -> None:
         self.num_windows = num_windows
         self._plan_window = plan_window
+        self.source_of = source_of
         self._plans: OrderedDict[int, TokenPlan] = OrderedDict()
-        self._starts: dict[int, WindowStart] = {0: WindowStart(0, 0, 0, 0)}
+        width = 0 if source_of is None else 2 * source_of.sources
+        self._starts: dict[int, WindowStart] = {0: WindowStart(0, 0, 0, 0, (0,) * width)}
         # Windows whose start is known, ascending, and their first batches (ascending too).
         self._known, self._known_batches = [0], [0]
         self._last: Located | None = None  # most lookups fall in the window of the one before
@@ -86,9 +93,14 @@ class TokenWindows:
     def learn_checked(self, start: WindowStart, window_documents: int, tokens: int,
                       where: str) -> None:
         """`learn`, once `start` is shown possible: a window of this epoch, no more documents
-        before it than its windows hold, no more tokens than the corpus has."""
+        before it than its windows hold, no more tokens than the epoch has, and a mixture's
+        counts per source adding up to them."""
+        width = len(self._starts[0].by_source)
+        split = start.by_source
         if start.window > self.num_windows or start.documents > start.window * window_documents \
-                or start.tokens > tokens:
+                or start.tokens > tokens or len(split) != width or (width and (
+                    sum(split[:width // 2]) != start.documents
+                    or sum(split[width // 2:]) != start.tokens)):
             raise ArgumentError(f"load_state_dict: the state's cursor {start.to_json()} is "
                                 f"impossible for {where} ({self.num_windows} windows of "
                                 f"{window_documents} documents)")
@@ -106,8 +118,11 @@ class TokenWindows:
     def _next(self, start: WindowStart) -> WindowStart:
         plan = self.plan(start.window)
         documents, tokens = prefix_counts(plan, len(plan))
+        split = self._by_source(plan, len(plan))
         following = WindowStart(start.window + 1, start.batch + len(plan),
-                                start.documents + documents, start.tokens + tokens)
+                                start.documents + documents, start.tokens + tokens,
+                                tuple(a + int(b) for a, b in zip(start.by_source, split,
+                                                                 strict=True)))
         self.learn(following)
         return following
 
@@ -138,6 +153,38 @@ class TokenWindows:
             return end.documents, end.tokens
         documents, tokens = prefix_counts(at.plan, at.local)
         return at.start.documents + documents, at.start.tokens + tokens
+
+    def drawn_by_source(self, g: int) -> tuple[np.ndarray, np.ndarray]:
+        """A mixture's (documents, tokens) of each source in the first g global batches."""
+        at = self.locate(g)
+        if at is None:
+            split = np.asarray(self.start(self.num_windows).by_source, dtype=np.int64)
+        else:
+            split = np.asarray(at.start.by_source, dtype=np.int64) + \
+                self._by_source(at.plan, at.local)
+        return split[:len(split) // 2], split[len(split) // 2:]
+
+    def _by_source(self, plan: TokenPlan, batches: int) -> np.ndarray:
+        """prefix_counts per source (documents of each, then tokens of each); empty for one
+        dataset."""
+        if self.source_of is None:
+            return np.zeros(0, dtype=np.int64)
+        sources = self.source_of.sources
+        segments = int(plan.row_offsets[plan.batch_offsets[batches]])
+        source = self.source_of(plan.doc[:segments])
+        first = plan.start[:segments] == 0
+        documents = np.bincount(source[first], minlength=sources)
+        tokens = np.bincount(source, weights=plan.end[:segments] - plan.start[:segments],
+                             minlength=sources)
+        return np.concatenate([documents, tokens]).astype(np.int64)
+
+
+class SourceOf(Protocol):
+    """The source of each of a mixture's document ids, and how many sources there are."""
+
+    sources: int
+
+    def __call__(self, ids: np.ndarray) -> np.ndarray: ...
 
 
 def prefix_counts(plan: TokenPlan, batches: int) -> tuple[int, int]:
@@ -172,6 +219,12 @@ class TokenStream:
         rank's first `batches_done` batches at `world_size`."""
         rest = follow(self, lineage, epoch)
         return self.windows.drawn(rest.drawn + batches_done * world_size)
+
+    def drawn_by_source(self, lineage: Sequence[Segment], batches_done: int, world_size: int,
+                        epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """`drawn_by`, per source of a mixture."""
+        rest = follow(self, lineage, epoch)
+        return self.windows.drawn_by_source(rest.drawn + batches_done * world_size)
 
     def rank_plan(self, rank: int, world_size: int) -> RankWindows:
         return RankWindows(self.windows, self.drawn, rank, world_size)

@@ -1,27 +1,21 @@
 """A token-weighted mixture's epochs, read back from the token planners' batches: the share by
-tokens over any 100 consecutive batches, quotas by tokens or documents without drift, streams
-that repeat nothing early, accounting, and resume at other world sizes with the planners' own
-remainders."""
+tokens over any 100 consecutive batches, document counts from quotas by tokens or documents
+(exact at every full pass over a source), streams that repeat nothing early, windows that need
+nothing before them, and counts per source from the windowed plan."""
 
 from __future__ import annotations
 
-import functools
-import itertools
-from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 from datapipe.errors import ArgumentError
-from datapipe.sampling.elastic import Segment
-from datapipe.sampling.mixture_tokens import (
-    MixtureDocuments,
-    TokenMixture,
-    drawn_in_plan,
-    drawn_in_token_epoch,
-)
+from datapipe.loader.token_mixing import CombinedSources
+from datapipe.sampling.mixture_tokens import TokenMixture, interleave
 from datapipe.sampling.mixture_weights import MixtureWeights
-from datapipe.sampling.tokens import Pieces, TokenPlan, TokenRemainder, plan_packed
+from datapipe.sampling.token_windows import TokenWindows
+from datapipe.sampling.tokens import Pieces, TokenPlan, plan_packed
 
 
 def token_mixture(sizes: tuple[int, ...], weights: tuple[float, ...], longest: int = 4000,
@@ -31,7 +25,30 @@ def token_mixture(sizes: tuple[int, ...], weights: tuple[float, ...], longest: i
     return TokenMixture(lengths, MixtureWeights(weights), seed=seed, **kw)  # type: ignore[arg-type]
 
 
-def packed(epoch: MixtureDocuments, max_tokens: int) -> TokenPlan:
+@dataclass(frozen=True)
+class WholeEpoch:
+    """An epoch's documents as one window, as the planners see them, and the streams' state."""
+
+    source: np.ndarray
+    local: np.ndarray
+    lengths: np.ndarray
+    documents_before: np.ndarray
+    tokens_before: np.ndarray
+
+    @property
+    def order(self) -> np.ndarray:
+        return np.arange(len(self.lengths), dtype=np.int64)
+
+
+def whole_epoch(mix: TokenMixture, epoch: int) -> WholeEpoch:
+    source, local = mix.window(epoch, 0, mix.epoch(epoch).size)
+    lengths = np.array([mix.lengths[s][i] for s, i in zip(source, local, strict=True)],
+                       dtype=np.int64)
+    return WholeEpoch(source, local, lengths, np.array(mix.epoch(epoch).entries_before),
+                      mix.tokens_before(epoch))
+
+
+def packed(epoch: WholeEpoch, max_tokens: int) -> TokenPlan:
     return plan_packed(Pieces.whole(epoch.order, epoch.lengths), max_tokens, 1, None)
 
 
@@ -41,6 +58,12 @@ def tokens_per_batch(plan: TokenPlan, source: np.ndarray, sources: int) -> np.nd
         doc, start, end, _ = plan.batch(b)
         out[b] = np.bincount(source[doc], weights=end - start, minlength=sources)
     return out
+
+
+def spread(mix: TokenMixture, source: int, documents: int) -> float:
+    """Four standard deviations of the tokens of `documents` random documents of a source."""
+    lengths = np.asarray(mix.lengths[source], dtype=np.float64)
+    return 4 * float(lengths.std()) * documents ** 0.5 + float(lengths.max())
 
 
 @pytest.mark.parametrize("weights", [(0.6, 0.3, 0.1), (1, 1, 1), (0.9, 0.08, 0.02)])
@@ -54,41 +77,56 @@ def test_any_100_consecutive_batches_hold_each_source_within_2_percent_by_tokens
                         epoch_size=16_384 * 350)
     shares = np.array([float(s) for s in mix.schedule.phases[0].weights.shares])
     for epoch in (0, 3):
-        documents = mix.epoch(epoch)
+        documents = whole_epoch(mix, epoch)
         tokens = tokens_per_batch(packed(documents, 16_384), documents.source, 3)
         assert len(tokens) >= 300
         running = np.vstack([np.zeros(3), np.cumsum(tokens, axis=0)])
         window = running[100:] - running[:-100]
         share = window / window.sum(axis=1, keepdims=True)
-        assert np.abs(share - shares).max() <= 0.02, (weights, longest, epoch)
+        # Against the epoch's own shares (the even spread), and those against the weights
+        # (the documents' sampling spread, 4 standard deviations).
+        overall = running[-1] / running[-1].sum()
+        assert np.abs(share - overall).max() <= 0.02, (weights, longest, epoch)
+        counts = np.bincount(documents.source, minlength=3)
+        bound = [spread(mix, s, int(counts[s])) / running[-1].sum() for s in range(3)]
+        assert np.all(np.abs(overall - shares) <= bound), (overall, shares, bound)
 
 
 def test_documents_of_all_sources_meet_in_the_same_batches() -> None:
     mix = token_mixture((2000, 2000, 2000), (0.6, 0.3, 0.1), 1000)
-    documents = mix.epoch(1)
+    documents = whole_epoch(mix, 1)
     tokens = tokens_per_batch(packed(documents, 16_384), documents.source, 3)
     assert (tokens[:-1] > 0).all(), "every whole batch holds every source"
 
 
-def test_token_quotas_hold_over_epochs_without_drift() -> None:
+def test_token_quotas_become_document_counts_exact_at_every_full_pass() -> None:
     mix = token_mixture((500, 120, 9), (5, 3, 2), 2000, epoch_size=400_000)
-    longest = max(int(n.max()) for n in mix.lengths)
     running = np.zeros(3, dtype=np.int64)
+    entries = np.zeros(3, dtype=np.int64)
     for epoch in range(8):
-        documents = mix.epoch(epoch)
+        documents = whole_epoch(mix, epoch)
         assert list(documents.tokens_before) == list(running)
-        tokens = np.bincount(documents.source, weights=documents.lengths, minlength=3)
-        running += tokens.astype(np.int64)
-        # An epoch draws until its quota is met: what one overshoots the next takes less.
-        assert np.all(np.abs(running - (epoch + 1) * np.array(mix.quota)) < longest)
-        assert np.all(np.abs(tokens - np.array(mix.quota)) < 2 * longest)
+        assert list(documents.documents_before) == list(entries)
+        counts = np.bincount(documents.source, minlength=3)
+        running += np.bincount(documents.source, weights=documents.lengths,
+                               minlength=3).astype(np.int64)
+        entries += counts
+        target = (epoch + 1) * np.array(mix.quota)
+        # The documents whose expected tokens are the quota: no drift, the spread of a sample.
+        expected = [target[s] * len(mix.lengths[s]) // mix.tokens[s] for s in range(3)]
+        assert list(entries) == expected
+        for s in range(3):
+            passes, into = divmod(int(entries[s]), len(mix.lengths[s]))
+            assert abs(running[s] - target[s]) <= spread(mix, s, min(into, 500)), (epoch, s)
+            if into == 0:
+                assert running[s] == passes * mix.tokens[s], "a whole pass is exact"
 
 
 def test_weights_by_documents_give_each_source_its_share_of_documents() -> None:
     mix = token_mixture((500, 120, 9), (5, 3, 2), weight_by="documents", epoch_size=300)
     assert mix.quota == [150, 90, 60]
     for epoch in range(4):
-        documents = mix.epoch(epoch)
+        documents = whole_epoch(mix, epoch)
         assert list(np.bincount(documents.source, minlength=3)) == [150, 90, 60]
         assert list(documents.documents_before) == [150 * epoch, 90 * epoch, 60 * epoch]
         first_60 = np.bincount(documents.source[:60], minlength=3)
@@ -101,7 +139,7 @@ def draws_per_document(mix: TokenMixture, epochs: int) -> list[np.ndarray]:
     before all of its source's came."""
     counts = [np.zeros(len(n), dtype=np.int64) for n in mix.lengths]
     for epoch in range(epochs):
-        documents = mix.epoch(epoch)
+        documents = whole_epoch(mix, epoch)
         for s, local in zip(documents.source, documents.local, strict=True):
             counts[s][local] += 1
         assert all(c.max() - c.min() <= 1 for c in counts), epoch
@@ -119,74 +157,83 @@ def test_streams_repeat_a_document_only_after_all_were_drawn(weight_by: str) -> 
 
 
 def test_the_epoch_is_a_pure_function_of_its_inputs() -> None:
-    a = token_mixture((300, 50), (1, 1), seed=4).epoch(2)
-    b = token_mixture((300, 50), (1, 1), seed=4).epoch(2)
-    c = token_mixture((300, 50), (1, 1), seed=4).epoch(3)
+    a = whole_epoch(token_mixture((300, 50), (1, 1), seed=4), 2)
+    b = whole_epoch(token_mixture((300, 50), (1, 1), seed=4), 2)
+    c = whole_epoch(token_mixture((300, 50), (1, 1), seed=4), 3)
     assert np.array_equal(a.local, b.local) and np.array_equal(a.source, b.source)
     assert not np.array_equal(a.local[:50], c.local[:50])
 
 
-def drawn_tokens(rest: TokenRemainder, world: int, batches: int | None,
-                 documents: MixtureDocuments) -> Counter:
-    """((document of the epoch, token) -> times) over every real batch all ranks draw."""
-    seen: Counter = Counter()
-    for rank in range(world):
-        plan, is_pad = rest.rank_plan(rank, world)
-        for b in range(len(plan) if batches is None else batches):
-            if is_pad[b]:
-                continue
-            doc, start, end, _ = plan.batch(b)
-            for d, lo, hi in zip(doc.tolist(), start.tolist(), end.tolist(), strict=True):
-                seen.update((d, t) for t in range(lo, hi))
-    return seen
+@pytest.mark.parametrize("weight_by", ["tokens", "documents"])
+def test_windows_hold_the_epochs_documents_and_need_nothing_before_them(weight_by: str) -> None:
+    mix = token_mixture((700, 90, 4), (5, 3, 2), 300, seed=2, weight_by=weight_by,
+                        epoch_size=90_000 if weight_by == "tokens" else 1000)
+    for epoch in (0, 3):
+        n = mix.epoch(epoch).size
+        whole = mix.window(epoch, 0, n)
+        for width in (1, 37, 256):
+            parts = [mix.window(epoch, lo, min(lo + width, n)) for lo in range(0, n, width)]
+            source = np.concatenate([p[0] for p in parts])
+            local = np.concatenate([p[1] for p in parts])
+            assert sorted(zip(source, local, strict=True)) == sorted(zip(*whole, strict=True))
+            if weight_by == "documents":  # the even merge itself: the same order
+                assert np.array_equal(source, whole[0]) and np.array_equal(local, whole[1])
 
 
-@pytest.mark.parametrize("worlds", [(2, 3), (3, 2), (1, 2, 4)])
-def test_the_planners_resume_a_mixture_at_other_world_sizes(worlds: tuple[int, ...]) -> None:
-    mix = token_mixture((40, 12, 3), (0.6, 0.3, 0.1), 50, epoch_size=3000)
-    documents = mix.epoch(1)
-    replan = functools.partial(plan_packed, max_tokens=64, pad_multiple=1, batch_size=None)
-    start = TokenRemainder.start(documents.order, documents.lengths,
-                                 lambda pieces: replan(pieces))
-    whole = drawn_tokens(start, 1, None, documents)
-    assert set(whole.values()) == {1}
-    for done in itertools.product(*(range(0, start.batches_per_rank(w) + 1, 3)
-                                    for w in worlds[:-1])):
-        seen, rest, lineage = Counter(), start, []
-        for world, k in zip(worlds, done, strict=False):
-            if k > rest.batches_per_rank(world):
-                break
-            seen += drawn_tokens(rest, world, k, documents)
-            rest = rest.after(world, k)
-            lineage.append(Segment(world, k))
-        else:
-            seen += drawn_tokens(rest, worlds[-1], None, documents)
-            assert seen == whole, (worlds, done, "every token of the epoch once")
-            docs, tokens = drawn_in_token_epoch(start, lineage, worlds[-1],
-                                                rest.batches_per_rank(worlds[-1]),
-                                                documents, 3)
-            assert list(tokens) == list(np.bincount(documents.source,
-                                                    weights=documents.lengths, minlength=3))
-            assert list(docs) == list(np.bincount(documents.source, minlength=3))
+def test_interleave_spreads_every_source_evenly_and_computes_any_place_alone() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        counts = rng.integers(0, 40, int(rng.integers(1, 7))).tolist()
+        n = sum(counts)
+        if not n:
+            continue
+        source, rank = interleave(counts, np.arange(n))
+        for s, c in enumerate(counts):
+            places = np.flatnonzero(source == s)
+            assert list(rank[places]) == list(range(c)), "each source's ranks in order"
+            for p in range(0, n + 1, max(1, n // 7)):  # any prefix: within 2 of its share
+                assert abs(np.count_nonzero(source[:p] == s) - p * c / n) < 2
+        some = rng.integers(0, n, 10)
+        alone = interleave(counts, some)
+        assert np.array_equal(alone[0], source[some]) and np.array_equal(alone[1], rank[some])
 
 
-def test_tokens_and_documents_drawn_are_counted_from_the_plan() -> None:
-    mix = token_mixture((60, 20, 5), (0.6, 0.3, 0.1), 200, epoch_size=8000)
-    documents = mix.epoch(0)
-    plan = packed(documents, 512)
-    for batches in range(len(plan) + 1):
-        seen = drawn_tokens(TokenRemainder.start(documents.order, documents.lengths,
-                                                 lambda p: packed_pieces(p, 512)),
-                            1, batches, documents)
-        tokens = Counter(int(documents.source[d]) for d, _ in seen.elements())
-        firsts = Counter(int(documents.source[d]) for d, t in seen if t == 0)
-        docs, counted = drawn_in_plan(plan, batches, documents.source, 3)
-        assert list(counted) == [tokens[s] for s in range(3)]
-        assert list(docs) == [firsts[s] for s in range(3)]
+def test_counts_per_source_follow_the_windowed_plan() -> None:
+    mix = token_mixture((60, 20, 5), (0.6, 0.3, 0.1), 200, epoch_size=30_000)
+    sizes = np.array([len(n) for n in mix.lengths])
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    lengths = np.concatenate(mix.lengths).astype(np.int64)
+    width = 40
+
+    def window(w: int) -> TokenPlan:
+        n = mix.epoch(1).size
+        source, local = mix.window(1, w * width, min((w + 1) * width, n))
+        ids = offsets[source] + local
+        return plan_packed(Pieces.whole(ids, lengths), 512, 1, None)
+
+    n = mix.epoch(1).size
+    windows = TokenWindows(-(-n // width), window, CombinedSources(offsets))
+    documents, tokens = np.zeros(3, np.int64), np.zeros(3, np.int64)
+    for g in range(windows.total() + 1):
+        assert [list(x) for x in windows.drawn_by_source(g)] == [list(documents),
+                                                                 list(tokens)], g
+        at = windows.locate(g)
+        if at is None:
+            break
+        doc, start, end, _ = at.plan.batch(at.local)
+        source = np.searchsorted(offsets, doc, side="right") - 1
+        tokens += np.bincount(source, weights=end - start, minlength=3).astype(np.int64)
+        documents += np.bincount(source[start == 0], minlength=3)
+    assert documents.sum() == n
 
 
-def packed_pieces(pieces: Pieces, max_tokens: int) -> TokenPlan:
-    return plan_packed(pieces, max_tokens, 1, None)
+def test_the_first_window_of_a_billion_document_mixture_costs_a_window() -> None:
+    huge = np.lib.stride_tricks.as_strided(np.array([7], dtype=np.uint32), (10**9,), (0,))
+    mix = TokenMixture((huge, np.full(1000, 9, np.uint32)), MixtureWeights((0.9, 0.1)),
+                       totals=(7 * 10**9, 9000), epoch_size=10**10)
+    source, local = mix.window(5, 123_456_789, 123_456_789 + 4096)
+    assert len(source) == 4096 and set(source.tolist()) == {0, 1}
+    assert local[source == 0].max() < 10**9
 
 
 @pytest.mark.parametrize("kw, message", [
