@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from datapipe.errors import ArgumentError
-from datapipe.format.concat import SOURCE_FIELD, ConcatDataset, open_dataset
+from datapipe.format.concat import SOURCE_FIELD, CombinedColumn, ConcatDataset, open_dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
@@ -208,9 +208,11 @@ class TokenLoader(LoaderBase):
             indexes = [length_index(part) for part in parts]
             self.source_lengths = [lengths for lengths, _ in indexes]
             self.source_summaries = [summary for _, summary in indexes]
-            # One dataset: its memory-mapped index itself (no private copy of N lengths).
-            self.lengths = (self.source_lengths[0] if len(parts) == 1
-                            else np.concatenate(self.source_lengths))
+            # Memory-mapped indexes themselves (no private copy of N lengths); a mixture's
+            # gathered by combined id from each source's.
+            counts = np.cumsum([len(n) for n in self.source_lengths])
+            self.lengths = (self.source_lengths[0] if len(parts) == 1 else CombinedColumn(
+                self.source_lengths, np.concatenate([[0], counts]).astype(np.int64)))
             self.length_summary = LengthSummary.joined([summary for _, summary in indexes])
             self.token_dtype = ds.manifest.column("tokens").numpy_dtype
             self.has_loss_mask = LOSS_MASK in ds.manifest.column_names
@@ -241,8 +243,9 @@ class TokenLoader(LoaderBase):
 
     def _report_overflow(self) -> None:
         """Documents and tokens the policy leaves out of every epoch: counted, and said once."""
-        dropped = self.overflow.dropped(self.lengths) if self.overflow else (0, 0)
-        self.documents_dropped, self.tokens_dropped = dropped
+        each = [self.overflow.dropped(n) for n in self.source_lengths] if self.overflow else []
+        self.documents_dropped = sum(d for d, _ in each)
+        self.tokens_dropped = sum(t for _, t in each)
         if self.tokens_dropped:
             warnings.warn(f"{describe(self.path)}: overflow={self.overflow.mode!r} leaves out "
                           f"{self.documents_dropped:,} documents and {self.tokens_dropped:,} "
@@ -262,7 +265,8 @@ class TokenLoader(LoaderBase):
         2 M tokens is 2 M)."""
         budget = self._batch_budget()
         if budget is None:
-            budget = int(np.sort(self.lengths)[::-1][: self.batch_size].sum())
+            longest = [np.sort(n)[::-1][: self.batch_size] for n in self.source_lengths]
+            budget = int(np.sort(np.concatenate(longest))[::-1][: self.batch_size].sum())
         total = self.mixing.max_epoch_tokens() if self.mixing else self.length_summary.total
         return max(1, min(budget, total))
 

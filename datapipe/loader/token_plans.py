@@ -74,8 +74,10 @@ def check_padded_fit(lengths: np.ndarray, summary: LengthSummary, overflow: Over
     longest = summary.longest if overflow is None else min(summary.longest, overflow.cap)
     if round_up(longest, pad_to_multiple_of) <= max_tokens:
         return  # (padded refuses overflow="split": what is longer than the cap is cut or gone)
+    order = np.arange(len(lengths))  # (a mixture's lengths gather by combined id)
+    lengths = np.asarray(lengths[order])
     if overflow is not None:
-        order, lengths = overflow.apply(np.arange(len(lengths)), lengths)
+        order, lengths = overflow.apply(order, lengths)
         lengths = lengths[order]
     check_fits_padded(lengths, max_tokens, pad_to_multiple_of)
 

@@ -16,8 +16,11 @@ resume plans one window. Only `len()` walks the whole epoch.
 from __future__ import annotations
 
 import bisect
+import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -29,6 +32,7 @@ from datapipe.sampling.tokens import TokenPlan
 
 # Windows planned and kept: the one being drawn, the next, and a padding repeat's.
 _KEPT_WINDOWS = 3
+_PLANNING_THREADS: dict[int, ThreadPoolExecutor] = {}
 
 
 @dataclass(frozen=True)
@@ -71,16 +75,34 @@ class TokenWindows:
         # Windows whose start is known, ascending, and their first batches (ascending too).
         self._known, self._known_batches = [0], [0]
         self._last: Located | None = None  # most lookups fall in the window of the one before
+        self._lock = threading.Lock()
+        self._ahead: dict[int, tuple[int, Future[TokenPlan]]] = {}  # window: (pid, its plan)
 
     def plan(self, w: int) -> TokenPlan:
-        plan = self._plans.get(w)
+        """Window w's batches; the window after it is then planned ahead, in a thread, so the
+        training thread rarely waits for one (numpy releases the GIL for most of it)."""
+        with self._lock:
+            plan = self._plans.get(w)
+            if plan is not None:
+                self._plans.move_to_end(w)
+            ahead = self._ahead.pop(w, None) if plan is None else None
         if plan is None:
-            plan = self._plans[w] = self._plan_window(w)
-            while len(self._plans) > _KEPT_WINDOWS:
-                self._plans.popitem(last=False)
-        else:
-            self._plans.move_to_end(w)
+            # A plan begun before a fork has no thread in the child: planned here instead.
+            mine = ahead is not None and ahead[0] == os.getpid()
+            plan = ahead[1].result() if mine else self._plan_window(w)
+            with self._lock:
+                self._plans[w] = plan
+                while len(self._plans) > _KEPT_WINDOWS:
+                    self._plans.popitem(last=False)
+        self._plan_ahead(w + 1)
         return plan
+
+    def _plan_ahead(self, w: int) -> None:
+        with self._lock:
+            if w >= self.num_windows or w in self._plans or w in self._ahead:
+                return
+            self._ahead.clear()  # one ahead at most: an older one was not asked for
+            self._ahead[w] = (os.getpid(), _planning_thread().submit(self._plan_window, w))
 
     def learn(self, start: WindowStart) -> None:
         """A window's start, known from elsewhere (a saved state): no walk to it."""
@@ -185,6 +207,16 @@ class SourceOf(Protocol):
     sources: int
 
     def __call__(self, ids: np.ndarray) -> np.ndarray: ...
+
+
+def _planning_thread() -> ThreadPoolExecutor:
+    """This process's thread for windows planned ahead (a forked child makes its own: the
+    parent's thread is not there)."""
+    pool = _PLANNING_THREADS.get(os.getpid())
+    if pool is None:
+        pool = _PLANNING_THREADS[os.getpid()] = ThreadPoolExecutor(
+            1, thread_name_prefix="datapipe-plan")
+    return pool
 
 
 def prefix_counts(plan: TokenPlan, batches: int) -> tuple[int, int]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -128,9 +131,58 @@ def test_a_document_lands_anywhere_over_epochs() -> None:
     assert ((counts - 400) ** 2 / 400).sum() < 27.9
 
 
-def test_a_state_cursor_must_be_four_counts() -> None:
+def test_a_state_cursor_must_be_counts() -> None:
     assert parse_cursor([3, 10, 5, 700]) == WindowStart(3, 10, 5, 700)
+    assert parse_cursor([3, 10, 5, 700, 2, 3, 300, 400]) == WindowStart(3, 10, 5, 700,
+                                                                      (2, 3, 300, 400))
     assert parse_cursor(None) is None
-    for bad in ([1, 2, 3], [1, -2, 3, 4], "x", [1, 2, 3, True]):
+    for bad in ([1, 2, 3], [1, -2, 3, 4], "x", [1, 2, 3, True], [1, 2, 3, 4, 5]):
         with pytest.raises(ArgumentError, match="cursor must be"):
             parse_cursor(bad)
+
+
+def test_the_next_window_is_planned_ahead_in_a_thread() -> None:
+    threads: dict[int, str] = {}
+    planned: list[int] = []
+    inner = windows(100)
+
+    def plan(w: int) -> TokenPlan:
+        threads[w] = threading.current_thread().name
+        planned.append(w)
+        return inner._plan_window(w)
+
+    ahead = TokenWindows(inner.num_windows, plan)
+    first = ahead.plan(0)
+    deadline = time.monotonic() + 10
+    while 1 not in threads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threads == {0: threading.current_thread().name, 1: threads[1]}
+    assert threads[1].startswith("datapipe-plan"), threads
+    assert [b.tolist() for b in batches_of(ahead)] == [b.tolist() for b in batches_of(inner)]
+    assert len(first) and sorted(planned) == list(range(ahead.num_windows)), "each planned once"
+
+
+def test_a_window_planned_ahead_before_a_fork_is_planned_again_in_the_child() -> None:
+    started, release = threading.Event(), threading.Event()
+    inner = windows(100)
+
+    def plan(w: int) -> TokenPlan:
+        if w == 1:  # the parent's ahead plan: still running when the child is forked
+            started.set()
+            release.wait(10)
+        return inner._plan_window(w)
+
+    ahead = TokenWindows(inner.num_windows, plan)
+    ahead.plan(0)
+    assert started.wait(10)
+    child = multiprocessing.get_context("fork").Process(target=_plan_next, args=(ahead,))
+    child.start()
+    child.join(20)
+    release.set()
+    assert child.exitcode == 0, "the child planned window 1 itself (no thread to wait for)"
+
+
+def _plan_next(ahead: TokenWindows) -> None:
+    ahead._plan_window = lambda w: windows(100)._plan_window(w)  # the child's own: no wait
+    ahead.plan(1)
+    ahead.plan(2)  # and planning ahead again works in the child
