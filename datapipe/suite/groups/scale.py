@@ -1,6 +1,7 @@
 """Start-up and memory against corpus size: TokenLoader (packed) over 10^5 to 10^8 tiny
 documents and Loader over 10^5 to 10^7 tiny images (scale_peers), as rank 0 of 1 and rank 0
-of 8, and a nanoGPT memmap sampler (no plan at all) as the floor. Every corpus size is a fresh
+of 8, TokenLoader also mixed with a second source (rank 0 of 8), and a nanoGPT memmap sampler
+(no plan at all) as the floor. Every corpus size is a fresh
 process per run: construct, first batch, private memory then, and the first batch after
 load_state_dict of a mid-epoch state. The report judges the goals of plans that do not grow
 with the corpus, and extrapolates each row to 10^9 on its measured slope.
@@ -48,6 +49,8 @@ class ScaleGroup(Group):
             world_size=1),
         row("tokens-r0of8", "datapipe TokenLoader (packed), rank 0 of 8", sp.run_tokens,
             world_size=8),
+        row("tokens-mix", "datapipe TokenLoader (packed), mixed 0.7 : 0.3 with a second source "
+            "the smallest size, rank 0 of 8", sp.run_tokens, world_size=8),
         row("tokens-memmap", "nanoGPT memmap sampler (no plan)", sp.run_memmap, ours=False),
         row("images-w1", f"datapipe Loader (RandomResizedCrop {sp.CROP} + flip), rank 0 of 1",
             sp.run_images, world_size=1),
@@ -82,14 +85,23 @@ class ScaleGroup(Group):
                         ds.scalar_map("label")  # and the other scalar columns, mapped
                 warm_page_cache(sorted(out.rglob("*")))
                 meta["corpora"].setdefault(part, {})[str(n)] = str(out)
+        if outcomes["tokens-mix"].status == "ok":
+            n = sizes["tokens"][0]  # a second source as large as the smallest corpus
+            second = build_once(opts.data / "scale" / f"tokens-v{VERSION}-second-{n}",
+                                f"writing {n:,} documents (a second source) ...",
+                                functools.partial(sp.write_tokens, count=n))
+            warm_page_cache(sorted(second.rglob("*")))
+            meta["mix_with"] = str(second / "dataset")
         return meta
 
     def job(self, peer: Peer, meta: dict[str, Any], opts: Options, run_dir: Path) -> Any:
         """One job per corpus size: the sweep a run of `peer` goes through."""
-        floor = peer.name.removesuffix("-before").endswith("memmap")
-        return [sp.Job(str(Path(meta["corpora"][peer.tag][str(n)]) /
-                           ("train.bin" if floor else "dataset")), n, meta["workers"],
-                       meta["max_tokens"], meta["batch"]) for n in meta["sizes"][peer.tag]]
+        name = peer.name.removesuffix("-before")
+        floor, corpora = name.endswith("memmap"), meta["corpora"][peer.tag]
+        return [sp.Job(str(Path(corpora[str(n)]) / ("train.bin" if floor else "dataset")), n,
+                       meta["workers"], meta["max_tokens"], meta["batch"],
+                       mix_with=meta["mix_with"] if name.endswith("-mix") else None)
+                for n in meta["sizes"][peer.tag]]
 
     def attempt(self, peer: Peer, job: Any, run_dir: Path, opts: Options) -> Record:
         """Every size in a fresh process of its own, smallest first; a size that fails ends

@@ -43,6 +43,7 @@ class Job:
     max_tokens: int = 16384
     batch: int = 256  # images per batch
     seed: int = 0
+    mix_with: str | None = None  # a mixture row's second source
 
 
 # ---------------------------------------------------------------- the corpora (in the parent)
@@ -228,8 +229,18 @@ def run_tokens(job: Job, world_size: int) -> Record:
     import datapipe.loader  # imported before the clock starts
 
     return run_loader(lambda: datapipe.TokenLoader(
-        job.data, max_tokens=job.max_tokens, layout="packed", shuffle=True, seed=job.seed,
-        num_workers=job.workers, rank=0, world_size=world_size))
+        mixed(job), max_tokens=job.max_tokens, layout="packed", shuffle=True, seed=job.seed,
+        num_workers=job.workers, rank=0, world_size=world_size,
+        weights=MIX_WEIGHTS if job.mix_with else None))
+
+
+# A mixture row: the corpus of the size measured, and a small second source up-weighted.
+MIX_WEIGHTS = {"corpus": 0.7, "small": 0.3}
+
+
+def mixed(job: Job) -> Any:
+    """The row's path: the corpus, or a mixture of it and `mix_with`."""
+    return {"corpus": job.data, "small": job.mix_with} if job.mix_with else job.data
 
 
 def run_images(job: Job, world_size: int) -> Record:

@@ -22,7 +22,8 @@ GOAL_SECONDS, GOAL_GROWTH_MB = 1.0, 300.0
 GOAL_RANK_SLACK, RANK_SLACK_S, RANK_SLACK_MB = 1.1, 0.1, 20.0
 UNITS = {"tokens": "documents", "images": "images"}
 LOADERS = {"tokens": "TokenLoader", "images": "Loader"}
-CHART_COLOURS = {"w1": OURS_COLOUR, "r0of8": "#1b9e77", "memmap": PEER_COLOUR}
+CHART_COLOURS = {"w1": OURS_COLOUR, "r0of8": "#1b9e77", "mix": "#7570b3",
+                 "memmap": PEER_COLOUR}
 
 
 def panels(result: GroupResult) -> list[Panel]:
