@@ -49,8 +49,8 @@ class ScaleGroup(Group):
             world_size=1),
         row("tokens-r0of8", "datapipe TokenLoader (packed), rank 0 of 8", sp.run_tokens,
             world_size=8),
-        row("tokens-mix", "datapipe TokenLoader (packed), mixed 0.7 : 0.3 with a second source "
-            "the smallest size, rank 0 of 8", sp.run_tokens, world_size=8),
+        row("tokens-mix", "datapipe TokenLoader (packed), a mixture, rank 0 of 8", sp.run_tokens,
+            world_size=8),
         row("tokens-memmap", "nanoGPT memmap sampler (no plan)", sp.run_memmap, ours=False),
         row("images-w1", f"datapipe Loader (RandomResizedCrop {sp.CROP} + flip), rank 0 of 1",
             sp.run_images, world_size=1),
