@@ -56,6 +56,32 @@ def stream_slice(size: int, seed: int, source: int, start: int, count: int, shuf
     return perms[lo:lo + count]
 
 
+def stream_at(size: int, seed: int, source: int, positions: np.ndarray,
+              shuffle: bool) -> np.ndarray:
+    """Entries `positions` of a source's stream, as stream_slice gives them, for positions
+    that need not be contiguous (one rank's places of a window): a large source's shuffle is
+    asked for those alone; a small source's come from a slice of its cached blocks."""
+    positions = np.asarray(positions, dtype=np.int64)
+    if len(positions) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if not shuffle:
+        return positions % size
+    if size <= _BLOCK_SAMPLES:
+        lo = int(positions.min())
+        whole = stream_slice(size, seed, source, lo, int(positions.max()) - lo + 1, shuffle)
+        return whole[positions - lo]
+    cycle, into = np.divmod(positions, size)
+    first, last = int(cycle.min()), int(cycle.max())
+    if first == last:
+        return IndexShuffle(size, [seed, source, first, 0x313C])(into)
+    out = np.empty(len(positions), dtype=np.int64)
+    for c in range(first, last + 1):
+        chosen = cycle == c
+        if chosen.any():
+            out[chosen] = IndexShuffle(size, [seed, source, c, 0x313C])(into[chosen])
+    return out
+
+
 def _keyed_slice(size: int, seed: int, source: int, start: int, count: int) -> np.ndarray:
     """stream_slice of a large source: permutation c is IndexShuffle keyed by (seed, source, c),
     asked for the positions the slice covers in it."""

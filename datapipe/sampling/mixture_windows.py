@@ -9,9 +9,11 @@ A window is a run of whole global steps (step = batch_size x world_size places, 
   window only; phases split a window at their step boundaries;
 - the k-th place of source s (in place order) takes entry start_s + k of its stream, and where
   each stream stands at a window's first place is its start plus the source's count in the
-  groups before, a closed form (`Layout.drawn`). A window then takes one stream slice per
-  source (mixture_streams.stream_slice), which costs what it holds.
-The plan asks ascending chunks of places, so the last two windows are kept.
+  groups before, a closed form (`Layout.drawn`).
+A window's layout (a source and an index within it per place) is cheap integer work; the
+stream entries (mixture_streams.stream_at: a keyed shuffle per sample of a large source) are
+looked up for the places a rank asks only. The plan asks ascending chunks of places, so the
+last two windows' layouts are kept.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from datapipe.sampling.mixture_parts import Part, PartCounts, short_step_sources, tail_places
-from datapipe.sampling.mixture_streams import stream_slice
+from datapipe.sampling.mixture_ranks import rank_places
+from datapipe.sampling.mixture_streams import stream_at
 
 # Places a window holds (rounded to whole steps): one window serves many batches of every rank,
 # and its arrays stay around 1 MB.
@@ -71,31 +74,27 @@ class Layout:
                                        part.units))
         return total
 
-    def sources(self, first_step: int, last_step: int) -> np.ndarray:
-        """The source of each place of steps first_step .. last_step - 1, in place order."""
-        pieces = []
+    def unit_counts(self, first_step: int, last_step: int) -> np.ndarray:
+        """Per-source counts (steps x W x sources) of the units of the whole steps among
+        first_step .. last_step - 1 (unit b * W + r of a part: rank r's batch b of it)."""
+        tables = [np.zeros((0, self.world_size, len(self.starts)), dtype=np.int64)]
         for part, counts in zip(self.parts, self.counts, strict=True):
-            whole_end = part.first_step + part.units // self.world_size
-            lo, hi = max(first_step, part.first_step), min(last_step, whole_end)
+            lo = max(first_step, part.first_step)
+            hi = min(last_step, part.first_step + part.units // self.world_size)
             if lo < hi:
-                pieces.append(self._whole_steps(counts, lo - part.first_step, hi - lo))
-            if part.tail and first_step <= whole_end < last_step:
-                pieces.append(self._short_step(part, counts))
-        return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+                table = counts.groups((lo - part.first_step) * self.world_size,
+                                      (hi - lo) * self.world_size)
+                tables.append(table.reshape(hi - lo, self.world_size, -1))
+        return np.concatenate(tables)
 
-    def _whole_steps(self, counts: PartCounts, first: int, steps: int) -> np.ndarray:
-        """Sources of a part's whole steps first .. first + steps - 1: unit b * W + r holds
-        rank r's batch b, in source order; its slot j is place (b * B + j) * W + r."""
-        table = counts.groups(first * self.world_size, steps * self.world_size)
-        sources = table.shape[1]
-        kind = np.min_scalar_type(sources)
-        in_order = np.repeat(np.tile(np.arange(sources, dtype=kind), len(table)), table.ravel())
-        return in_order.reshape(steps, self.world_size, self.batch_size) \
-            .transpose(0, 2, 1).ravel()
-
-    def _short_step(self, part: Part, counts: PartCounts) -> np.ndarray:
-        """Sources of the last, short step, from what the part's quota leaves after its whole
+    def short_step(self, first_step: int, last_step: int) -> np.ndarray | None:
+        """The sources of the last, short step's places in place order, if it is among
+        first_step .. last_step - 1: what the last part's quota leaves after its whole
         batches, each rank's batch together."""
+        part, counts = self.parts[-1], self.counts[-1]
+        step = part.first_step + part.units // self.world_size
+        if not part.tail or not first_step <= step < last_step:
+            return None
         left = np.asarray(part.quota, dtype=np.int64) - counts.whole
         sizes = np.bincount(np.arange(part.tail) % self.world_size, minlength=self.world_size)
         out = np.empty(part.tail, dtype=np.min_scalar_type(len(part.quota)))
@@ -104,57 +103,95 @@ class Layout:
         return out
 
 
+@dataclass(frozen=True, eq=False)
+class Window:
+    """One rank's places of a window (place first + i * W for the i-th): the source of each,
+    its index among that source's places in the window, and where each source's stream
+    stands at the window's first place."""
+
+    sources: np.ndarray
+    within: np.ndarray
+    starts: np.ndarray
+
+
 class MixtureOrder:
-    """An EpochOrder over a Layout: the combined id (offsets[s] + local id) at each place."""
+    """An EpochOrder over a Layout: the combined id (offsets[s] + local id) at each place.
+
+    Places are asked a rank at a time (place mod W), so a window is computed for the ranks
+    asked only: their places' sources and indices (sampling/mixture_ranks.py), then the
+    stream entries of those places alone (a keyed shuffle per sample of a large source).
+    A window is a run of whole steps that gives each rank about WINDOW_PLACES places."""
 
     def __init__(self, layout: Layout, sizes: Sequence[int], seed: int, shuffle: bool) -> None:
         self.layout = layout
         self.sizes, self.seed, self.shuffle = tuple(sizes), seed, shuffle
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
-        self.window_steps = max(1, WINDOW_PLACES // layout.group)
+        self.window_steps = max(1, WINDOW_PLACES // layout.batch_size)
         self.window_places = self.window_steps * layout.group
-        self._recent: tuple[tuple[int, np.ndarray], ...] = ()
+        self._recent: tuple[tuple[tuple[int, int], Window], ...] = ()
 
     def __len__(self) -> int:
         return self.layout.length
 
     def at(self, places: np.ndarray) -> np.ndarray:
         places = np.asarray(places, dtype=np.int64)
-        if len(places) == 0:
-            return np.zeros(0, dtype=np.int64)
-        window = places // self.window_places
-        lo, hi = int(window.min()), int(window.max())
-        if lo == hi:
-            return self.window(lo)[places - lo * self.window_places]
+        world = self.layout.world_size
+        window, local = np.divmod(places, self.window_places)
+        key = window * world + local % world  # (window, rank)
+        if len(key) and key.min() == key.max():
+            return self._ids(self.window(int(window[0]), int(local[0] % world)), local // world)
         out = np.empty(len(places), dtype=np.int64)
-        for w in range(lo, hi + 1):
-            chosen = window == w
-            if chosen.any():
-                out[chosen] = self.window(w)[places[chosen] - w * self.window_places]
+        for k in np.unique(key).tolist():
+            chosen = key == k
+            out[chosen] = self._ids(self.window(*divmod(k, world)), local[chosen] // world)
         return out
 
-    def window(self, w: int) -> np.ndarray:
-        """The ids of window `w`'s places (kept with the one before: swapped whole, so a thread
-        that asks meanwhile sees the old pair or the new one)."""
-        for kept, ids in self._recent:
-            if kept == w:
-                return ids
-        ids = self._compute(w)
-        self._recent = ((w, ids), *self._recent[:_KEPT_WINDOWS - 1])
+    def _ids(self, window: Window, own: np.ndarray) -> np.ndarray:
+        """The combined ids at a rank's places `own` of a window: source s's k-th place in
+        the window takes entry starts[s] + k of its stream."""
+        source = window.sources[own]
+        position = window.starts[source] + window.within[own]
+        ids = np.empty(len(own), dtype=np.int64)
+        for s, count in enumerate(np.bincount(source, minlength=len(self.sizes)).tolist()):
+            if count:
+                chosen = source == s if count < len(own) else slice(None)
+                ids[chosen] = self.offsets[s] + stream_at(
+                    self.sizes[s], self.seed, s, position[chosen], self.shuffle)
         return ids
 
-    def _compute(self, w: int) -> np.ndarray:
+    def window(self, w: int, rank: int) -> Window:
+        """Rank `rank`'s places of window `w` (kept with the one before: swapped whole, so a
+        thread that asks meanwhile sees the old pair or the new one)."""
+        for kept, window in self._recent:
+            if kept == (w, rank):
+                return window
+        window = self._compute(w, rank)
+        self._recent = (((w, rank), window), *self._recent[:_KEPT_WINDOWS - 1])
+        return window
+
+    def _compute(self, w: int, rank: int) -> Window:
         layout = self.layout
         planned = -(-layout.length // layout.group)
         first = w * self.window_steps
         if not 0 <= first < planned:
             raise IndexError(f"window {w} of an order of {layout.length} places")
-        sources = layout.sources(first, min(first + self.window_steps, planned))
-        starts = layout.starts + layout.drawn(first * layout.group)
-        ids = np.empty(len(sources), dtype=np.int64)
-        for s, count in enumerate(np.bincount(sources, minlength=len(self.sizes)).tolist()):
-            if count:
-                # One pass per source, in place order: faster than scattering by a sort.
-                ids[sources == s] = self.offsets[s] + stream_slice(
-                    self.sizes[s], self.seed, s, int(starts[s]), count, self.shuffle)
-        return ids
+        last = min(first + self.window_steps, planned)
+        table = layout.unit_counts(first, last)
+        sources, within = rank_places(table, rank)
+        short = layout.short_step(first, last)
+        if short is not None:  # its batches need not hold their sources in source order
+            counts = table.sum(axis=(0, 1))
+            sources = np.concatenate([sources, short[rank::layout.world_size]])
+            within = np.concatenate([within, (counts[short] + _index_within_sources(short))
+                                     [rank::layout.world_size]])
+        return Window(sources, within, layout.starts + layout.drawn(first * layout.group))
+
+
+def _index_within_sources(sources: np.ndarray) -> np.ndarray:
+    """Each place's index among its source's places (a stable sort groups them in order)."""
+    by_source = np.argsort(sources, kind="stable")
+    counts = np.bincount(sources)
+    within = np.empty(len(sources), dtype=np.int64)
+    within[by_source] = np.arange(len(sources), dtype=np.int64) - np.repeat(
+        np.cumsum(counts) - counts, counts)
+    return within

@@ -19,7 +19,8 @@ from datapipe.sampling.elastic import Segment
 from datapipe.sampling.lattice import floor_sum, residues_below
 from datapipe.sampling.mixture import Mixture, MixtureRemainder, drawn_in_epoch
 from datapipe.sampling.mixture_parts import Part, PartCounts, whole_batches_quota
-from datapipe.sampling.mixture_streams import spread_counts
+from datapipe.sampling.mixture_ranks import rank_places
+from datapipe.sampling.mixture_streams import spread_counts, stream_at, stream_slice
 from datapipe.sampling.mixture_weights import MixtureWeights, WeightSchedule, apportion
 from datapipe.sampling.order import ArrayOrder, SampleRemainder
 from tests.sampling.mixture_reference import WholeRemainder
@@ -170,6 +171,37 @@ def test_group_counts_are_spread_counts_rows_and_their_sums() -> None:
         assert np.array_equal(counts.groups(first, size - first), table[first:size])
         for groups in (0, first, size, units):
             assert list(counts.before(groups)) == list(table[:groups].sum(axis=0))
+
+
+def test_a_ranks_places_follow_from_the_units_counts() -> None:
+    """rank_places against the places laid out whole: step by step, units side by side."""
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        steps, world = int(rng.integers(0, 4)), int(rng.integers(1, 7))
+        count, batch = int(rng.integers(1, 5)), int(rng.integers(1, 9))
+        table = np.array([np.bincount(rng.integers(0, count, batch), minlength=count)
+                          for _ in range(steps * world)], dtype=np.int64)
+        table = table.reshape(steps, world, count)
+        laid = np.repeat(np.tile(np.arange(count), steps * world), table.ravel())
+        places = laid.reshape(steps, world, batch).transpose(0, 2, 1).ravel()
+        within = np.zeros(len(places), dtype=np.int64)
+        for s in range(count):
+            within[places == s] = np.arange(int((places == s).sum()))
+        for rank in range(world):
+            source, index = rank_places(table, rank)
+            assert np.array_equal(source, places[rank::world]), (table, rank)
+            assert np.array_equal(index, within[rank::world]), (table, rank)
+
+
+@pytest.mark.parametrize("size", [7, 5000, (1 << 16) + 77])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_stream_entries_at_scattered_positions_are_the_slices(size: int,
+                                                              shuffle: bool) -> None:
+    start = abs(size - 500)  # into a later cycle, or the first
+    whole = stream_slice(size, 3, 1, start, 3 * size, shuffle)
+    positions = np.sort(np.random.default_rng(size).choice(3 * size, 20, replace=False))
+    got = stream_at(size, 3, 1, start + positions, shuffle)
+    assert np.array_equal(got, whole[positions])
 
 
 # --- scale ----------------------------------------------------------------------------------
