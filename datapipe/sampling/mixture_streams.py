@@ -70,10 +70,11 @@ def stream_at(size: int, seed: int, source: int, positions: np.ndarray,
         lo = int(positions.min())
         whole = stream_slice(size, seed, source, lo, int(positions.max()) - lo + 1, shuffle)
         return whole[positions - lo]
-    cycle, into = np.divmod(positions, size)
-    first, last = int(cycle.min()), int(cycle.max())
+    first, last = int(positions.min()) // size, int(positions.max()) // size
     if first == last:
-        return IndexShuffle(size, [seed, source, first, 0x313C])(into)
+        return IndexShuffle(size, [seed, source, first, 0x313C])(positions - first * size)
+    cycle = positions // size
+    into = positions - cycle * size
     out = np.empty(len(positions), dtype=np.int64)
     for c in range(first, last + 1):
         chosen = cycle == c

@@ -1,8 +1,8 @@
 """A mixture's epoch order computed a window of places at a time: no array the size of the
 epoch exists, so the first batch of a 10^9-sample mixture costs what a window costs.
 
-A window is a run of whole global steps (step = batch_size x world_size places, about
-`WINDOW_PLACES` a window, at least one step). What makes one computable alone:
+A window is a run of whole global steps (step = batch_size x world_size places) that gives each
+rank about `WINDOW_PLACES` places (at least one step). What makes one computable alone:
 - each batch's per-source counts come from its group's extra places (mixture_parts.PartCounts);
 - within a batch the sources come in source order, and rank r's batch b of a step lays slot j
   at place (b * B + j) * W + r; the short last step (what the quota leaves) is in the last
@@ -10,10 +10,11 @@ A window is a run of whole global steps (step = batch_size x world_size places, 
 - the k-th place of source s (in place order) takes entry start_s + k of its stream, and where
   each stream stands at a window's first place is its start plus the source's count in the
   groups before, a closed form (`Layout.drawn`).
-A window's layout (a source and an index within it per place) is cheap integer work; the
-stream entries (mixture_streams.stream_at: a keyed shuffle per sample of a large source) are
-looked up for the places a rank asks only. The plan asks ascending chunks of places, so the
-last two windows' layouts are kept.
+Places are asked a rank at a time, so a window is computed for the rank that asks: its places'
+sources and their indices within each source (sampling/mixture_ranks.py, from the units'
+counts), then the stream entries of those places alone (mixture_streams.stream_at: a keyed
+shuffle per sample of a large source). A batch then costs the same at any world size. The plan
+asks ascending chunks of places, so the last two windows are kept.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from datapipe.sampling.mixture_parts import Part, PartCounts, short_step_sources
 from datapipe.sampling.mixture_ranks import rank_places
 from datapipe.sampling.mixture_streams import stream_at
 
-# Places a window holds (rounded to whole steps): one window serves many batches of every rank,
-# and its arrays stay around 1 MB.
+# A rank's places in a window (rounded to whole steps): one window serves many batches, and its
+# arrays stay under 1 MB.
 WINDOW_PLACES = 1 << 16
 _KEPT_WINDOWS = 2
 
@@ -117,10 +118,8 @@ class Window:
 class MixtureOrder:
     """An EpochOrder over a Layout: the combined id (offsets[s] + local id) at each place.
 
-    Places are asked a rank at a time (place mod W), so a window is computed for the ranks
-    asked only: their places' sources and indices (sampling/mixture_ranks.py), then the
-    stream entries of those places alone (a keyed shuffle per sample of a large source).
-    A window is a run of whole steps that gives each rank about WINDOW_PLACES places."""
+    A rank's places are those of one residue mod W; a plan's padding (the epoch's first
+    places again) may ask another rank's, computed the same way."""
 
     def __init__(self, layout: Layout, sizes: Sequence[int], seed: int, shuffle: bool) -> None:
         self.layout = layout
@@ -136,14 +135,18 @@ class MixtureOrder:
     def at(self, places: np.ndarray) -> np.ndarray:
         places = np.asarray(places, dtype=np.int64)
         world = self.layout.world_size
-        window, local = np.divmod(places, self.window_places)
-        key = window * world + local % world  # (window, rank)
+        # Floor division by a scalar only (numpy's divmod and % by one are several times
+        # slower): this runs on the training thread for every chunk of a plan.
+        window = places // self.window_places
+        local = places - window * self.window_places
+        own = local // world
+        key = window * world + (local - own * world)  # (window, rank)
         if len(key) and key.min() == key.max():
-            return self._ids(self.window(int(window[0]), int(local[0] % world)), local // world)
+            return self._ids(self.window(*divmod(int(key[0]), world)), own)
         out = np.empty(len(places), dtype=np.int64)
         for k in np.unique(key).tolist():
             chosen = key == k
-            out[chosen] = self._ids(self.window(*divmod(k, world)), local[chosen] // world)
+            out[chosen] = self._ids(self.window(*divmod(k, world)), own[chosen])
         return out
 
     def _ids(self, window: Window, own: np.ndarray) -> np.ndarray:
