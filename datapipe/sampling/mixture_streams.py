@@ -66,21 +66,28 @@ def stream_at(size: int, seed: int, source: int, positions: np.ndarray,
         return np.zeros(0, dtype=np.int64)
     if not shuffle:
         return positions % size
-    if size <= _BLOCK_SAMPLES:
-        lo = int(positions.min())
-        whole = stream_slice(size, seed, source, lo, int(positions.max()) - lo + 1, shuffle)
-        return whole[positions - lo]
-    first, last = int(positions.min()) // size, int(positions.max()) // size
+    # A small source's stream comes in blocks of k permutations, a large one's in cycles of one
+    # keyed shuffle: the positions are looked up piece by piece (usually one or two).
+    span = size * _block_size(size) if size <= _BLOCK_SAMPLES else size
+    first, last = int(positions.min()) // span, int(positions.max()) // span
     if first == last:
-        return IndexShuffle(size, [seed, source, first, 0x313C])(positions - first * size)
-    cycle = positions // size
-    into = positions - cycle * size
+        return _stream_piece(size, seed, source, first, positions - first * span)
+    piece = positions // span
     out = np.empty(len(positions), dtype=np.int64)
     for c in range(first, last + 1):
-        chosen = cycle == c
+        chosen = piece == c
         if chosen.any():
-            out[chosen] = IndexShuffle(size, [seed, source, c, 0x313C])(into[chosen])
+            out[chosen] = _stream_piece(size, seed, source, c, positions[chosen] - c * span)
     return out
+
+
+def _stream_piece(size: int, seed: int, source: int, piece: int,
+                  into: np.ndarray) -> np.ndarray:
+    """Entries `into` of block `piece` of a small source's stream, or of cycle `piece` of a
+    large one's."""
+    if size <= _BLOCK_SAMPLES:
+        return _recent_permutation(size, seed, source, piece * _block_size(size))[into]
+    return IndexShuffle(size, [seed, source, piece, 0x313C])(into)
 
 
 def _keyed_slice(size: int, seed: int, source: int, start: int, count: int) -> np.ndarray:

@@ -197,9 +197,10 @@ def test_a_ranks_places_follow_from_the_units_counts() -> None:
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_stream_entries_at_scattered_positions_are_the_slices(size: int,
                                                               shuffle: bool) -> None:
-    start = abs(size - 500)  # into a later cycle, or the first
-    whole = stream_slice(size, 3, 1, start, 3 * size, shuffle)
-    positions = np.sort(np.random.default_rng(size).choice(3 * size, 20, replace=False))
+    # Across several blocks of a small source's permutations, or cycles of a large one's.
+    start, count = abs(size - 500), 3 * max(size, 1 << 16)
+    whole = stream_slice(size, 3, 1, start, count, shuffle)
+    positions = np.sort(np.random.default_rng(size).choice(count, 40, replace=False))
     got = stream_at(size, 3, 1, start + positions, shuffle)
     assert np.array_equal(got, whole[positions])
 
