@@ -29,6 +29,7 @@ from fractions import Fraction
 import numpy as np
 
 from datapipe.errors import ArgumentError
+from datapipe.format.concat import split_ids as split_ids  # a plan's ids by source, for users
 from datapipe.sampling.elastic import Segment, drawn_prefix
 from datapipe.sampling.mixture_parts import Part
 from datapipe.sampling.mixture_weights import WeightSchedule, apportion
