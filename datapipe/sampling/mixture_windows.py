@@ -104,22 +104,13 @@ class Layout:
         return out
 
 
-@dataclass(frozen=True, eq=False)
-class Window:
-    """One rank's places of a window (place first + i * W for the i-th): the source of each,
-    its index among that source's places in the window, and where each source's stream
-    stands at the window's first place."""
-
-    sources: np.ndarray
-    within: np.ndarray
-    starts: np.ndarray
-
-
 class MixtureOrder:
     """An EpochOrder over a Layout: the combined id (offsets[s] + local id) at each place.
 
-    A rank's places are those of one residue mod W; a plan's padding (the epoch's first
-    places again) may ask another rank's, computed the same way."""
+    A rank's places are those of one residue mod W, and a window's ids are computed for a
+    rank at once: each source's stream is looked up once a window, not once a plan's chunk
+    (a keyed shuffle costs a fixed ~0.1 ms a call). A plan's padding (the epoch's first places
+    again) may ask another rank's, computed the same way."""
 
     def __init__(self, layout: Layout, sizes: Sequence[int], seed: int, shuffle: bool) -> None:
         self.layout = layout
@@ -127,7 +118,7 @@ class MixtureOrder:
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         self.window_steps = max(1, WINDOW_PLACES // layout.batch_size)
         self.window_places = self.window_steps * layout.group
-        self._recent: tuple[tuple[tuple[int, int], Window], ...] = ()
+        self._recent: tuple[tuple[tuple[int, int], np.ndarray], ...] = ()
 
     def __len__(self) -> int:
         return self.layout.length
@@ -142,37 +133,26 @@ class MixtureOrder:
         own = local // world
         key = window * world + (local - own * world)  # (window, rank)
         if len(key) and key.min() == key.max():
-            return self._ids(self.window(*divmod(int(key[0]), world)), own)
+            return self.window(*divmod(int(key[0]), world))[own]
         out = np.empty(len(places), dtype=np.int64)
         for k in np.unique(key).tolist():
             chosen = key == k
-            out[chosen] = self._ids(self.window(*divmod(k, world)), own[chosen])
+            out[chosen] = self.window(*divmod(k, world))[own[chosen]]
         return out
 
-    def _ids(self, window: Window, own: np.ndarray) -> np.ndarray:
-        """The combined ids at a rank's places `own` of a window: source s's k-th place in
-        the window takes entry starts[s] + k of its stream."""
-        source = window.sources[own]
-        position = window.starts[source] + window.within[own]
-        ids = np.empty(len(own), dtype=np.int64)
-        for s, count in enumerate(np.bincount(source, minlength=len(self.sizes)).tolist()):
-            if count:
-                chosen = source == s if count < len(own) else slice(None)
-                ids[chosen] = self.offsets[s] + stream_at(
-                    self.sizes[s], self.seed, s, position[chosen], self.shuffle)
+    def window(self, w: int, rank: int) -> np.ndarray:
+        """The ids of rank `rank`'s places of window `w`, in place order (kept with the one
+        before: swapped whole, so a thread that asks meanwhile sees the old pair or the new
+        one)."""
+        for kept, ids in self._recent:
+            if kept == (w, rank):
+                return ids
+        ids = self._compute(w, rank)
+        self._recent = (((w, rank), ids), *self._recent[:_KEPT_WINDOWS - 1])
         return ids
 
-    def window(self, w: int, rank: int) -> Window:
-        """Rank `rank`'s places of window `w` (kept with the one before: swapped whole, so a
-        thread that asks meanwhile sees the old pair or the new one)."""
-        for kept, window in self._recent:
-            if kept == (w, rank):
-                return window
-        window = self._compute(w, rank)
-        self._recent = (((w, rank), window), *self._recent[:_KEPT_WINDOWS - 1])
-        return window
-
-    def _compute(self, w: int, rank: int) -> Window:
+    def _compute(self, w: int, rank: int) -> np.ndarray:
+        """Source s's k-th place in the window takes entry starts[s] + k of its stream."""
         layout = self.layout
         planned = -(-layout.length // layout.group)
         first = w * self.window_steps
@@ -187,7 +167,14 @@ class MixtureOrder:
             sources = np.concatenate([sources, short[rank::layout.world_size]])
             within = np.concatenate([within, (counts[short] + _index_within_sources(short))
                                      [rank::layout.world_size]])
-        return Window(sources, within, layout.starts + layout.drawn(first * layout.group))
+        starts = layout.starts + layout.drawn(first * layout.group)
+        ids = np.empty(len(sources), dtype=np.int64)
+        for s, count in enumerate(np.bincount(sources, minlength=len(self.sizes)).tolist()):
+            if count:
+                chosen = sources == s if count < len(sources) else slice(None)
+                ids[chosen] = self.offsets[s] + stream_at(
+                    self.sizes[s], self.seed, s, starts[s] + within[chosen], self.shuffle)
+        return ids
 
 
 def _index_within_sources(sources: np.ndarray) -> np.ndarray:
