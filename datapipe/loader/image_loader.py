@@ -343,7 +343,7 @@ class Loader(LoaderBase):
             return samples_drawn(self.mixture, self._position, self.world_size,
                                  self.mixing.sources.names)
         # One dataset: what all ranks drew of this epoch is where what is left of its order
-        # starts, counted without planning anything (a mixture plans its epoch whole).
+        # starts, counted without planning anything (a mixture's counts: samples_drawn).
         position = self._position
         rest = follow(self._epoch_start(position.epoch), position.segments, position.epoch)
         drawn = rest.after(self.world_size, position.batches_done).start

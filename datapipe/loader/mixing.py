@@ -145,7 +145,8 @@ def check_mixture_arguments(path: Any, weights: ScheduleArg | None, epoch_size: 
 def samples_drawn(mixture: Mixture, position: LoaderPosition, world_size: int,
                   names: Sequence[str]) -> dict[str, dict[str, int]]:
     """Samples each source gave up to `position`, all ranks together: the epochs before whole
-    (where each source's stream stands), then this one's batches handed out."""
+    (where each source's stream stands), then this one's batches handed out. Closed forms,
+    segment by segment: no order is computed, so it costs the same at any size."""
     drawn = mixture.drawn_before(position.epoch, world_size) + drawn_in_epoch(
         mixture.start(position.epoch), position.segments, world_size, position.batches_done)
     return {name: {"samples": int(n)} for name, n in zip(names, drawn, strict=True)}

@@ -13,6 +13,11 @@ is possible, else within two.
 Phases: the counts of a batch follow the weights in force at its global step (epoch *
 steps per epoch + batch). The epochs before, and so each stream's position, are summed
 arithmetically, never replayed.
+
+No array the size of the epoch exists: the order is computed a window of steps at a time
+(sampling/mixture_windows.py), what all ranks drew after k batches is a closed form, and what
+an elastic resume leaves is, per source, where its stream stands and how much of it is left.
+A plan over 10^9 samples costs what one over 10^4 does.
 """
 
 from __future__ import annotations
@@ -24,23 +29,12 @@ from fractions import Fraction
 import numpy as np
 
 from datapipe.errors import ArgumentError
-from datapipe.format.concat import split_ids
+from datapipe.format.concat import split_ids as split_ids  # a plan's ids by source, for users
 from datapipe.sampling.elastic import Segment, drawn_prefix
-from datapipe.sampling.mixture_streams import even_merge, spread_counts, stream_slice
+from datapipe.sampling.mixture_parts import Part
 from datapipe.sampling.mixture_weights import WeightSchedule, apportion
-from datapipe.sampling.order import ArrayOrder, EpochPlan, SampleRemainder
-
-
-@dataclass(frozen=True)
-class Part:
-    """The places of an epoch under one set of shares: `units` whole batches of steps
-    `first_step` on, then `tail` places of the last, short step; `quota` per source."""
-
-    first_step: int
-    units: int
-    tail: int
-    shares: tuple[Fraction, ...]
-    quota: tuple[int, ...]
+from datapipe.sampling.mixture_windows import Layout, MixtureOrder
+from datapipe.sampling.order import EpochPlan, SampleRemainder
 
 
 @dataclass(frozen=True)
@@ -133,17 +127,20 @@ class Mixture:
 
 @dataclass(frozen=True)
 class MixtureRemainder:
-    """What is left of a mixture's epoch: the whole of it (`pools` None; its order depends on
+    """What is left of a mixture's epoch: the whole of it (`left` None; its order depends on
     the world size it is drawn at), or, after a segment at another world size, each source's
     samples not drawn yet, laid out again over the new world size in proportion to what is
-    left (sampling/elastic.py: what was drawn stays drawn)."""
+    left (sampling/elastic.py: what was drawn stays drawn). What was drawn is a prefix of the
+    order and each source's places take its stream in order, so what is left of a source is a
+    run of its stream: where it starts (`starts`) and how long it is (`left`)."""
 
     mixture: Mixture
     epoch: int
-    pools: tuple[np.ndarray, ...] | None = None  # per source: local ids left, in stream order
+    starts: tuple[int, ...] | None = None  # per source: its stream's position at what is left
+    left: tuple[int, ...] | None = None  # per source: samples left
 
     def _length(self) -> int:
-        return self.mixture.samples if self.pools is None else sum(map(len, self.pools))
+        return self.mixture.samples if self.left is None else sum(self.left)
 
     def batches_per_rank(self, world_size: int) -> int:
         m = self.mixture
@@ -152,59 +149,46 @@ class MixtureRemainder:
     def has_batches(self, world_size: int, count: int) -> bool:
         return count <= self.batches_per_rank(world_size)
 
-    def order(self, world_size: int) -> np.ndarray:
-        """The combined ids of all places, as ranks draw them (strided, as EpochPlan)."""
+    def layout(self, world_size: int) -> Layout:
+        """The places left at `world_size`, by part, and where each stream stands."""
         m = self.mixture
-        if self.pools is None:
-            parts = m.parts(self.epoch, world_size)
-            before = m.drawn_before(self.epoch, world_size)
-            totals = np.sum([p.quota for p in parts], axis=0, dtype=np.int64)
-            pools = [stream_slice(n, m.seed, s, int(before[s]), int(totals[s]), m.shuffle)
-                     for s, n in enumerate(m.sizes)]
-        else:
-            pools, left = list(self.pools), [len(p) for p in self.pools]
-            shares = tuple(Fraction(n, max(1, sum(left))) for n in left)
-            n = sum(left)
-            units = n // (m.batch_size * world_size) * world_size
-            parts = [Part(0, units, n - units * m.batch_size, shares, tuple(left))]
-        sources = _place_sources(parts, world_size, m.batch_size, self._length())
-        return _fill(sources, pools, m.offsets)
+        if self.left is None:
+            return Layout.of(m.parts(self.epoch, world_size),
+                             m.drawn_before(self.epoch, world_size), world_size, m.batch_size,
+                             m.samples)
+        n = sum(self.left)
+        shares = tuple(Fraction(k, max(1, n)) for k in self.left)
+        units = n // (m.batch_size * world_size) * world_size
+        part = Part(0, units, n - units * m.batch_size, shares, self.left)
+        return Layout.of([part], self.starts or (), world_size, m.batch_size, n)
+
+    def order(self, world_size: int) -> MixtureOrder:
+        """The combined ids of all places, as ranks draw them (strided, as EpochPlan),
+        computed a window at a time."""
+        m = self.mixture
+        return MixtureOrder(self.layout(world_size), m.sizes, m.seed, m.shuffle)
 
     def after(self, world_size: int, batches_done: int) -> MixtureRemainder:
-        order = self.order(world_size)
-        drawn = drawn_prefix(len(order), world_size, batches_done, self.mixture.batch_size)
+        drawn = drawn_prefix(self._length(), world_size, batches_done, self.mixture.batch_size)
         if drawn == 0:
             return self
-        source, local = split_ids(order[drawn:], self.mixture.offsets)
-        pools = tuple(local[source == s] for s in range(len(self.mixture.sizes)))
-        return MixtureRemainder(self.mixture, self.epoch, pools)
+        layout = self.layout(world_size)
+        taken = layout.drawn(drawn)
+        return MixtureRemainder(self.mixture, self.epoch, _ints(layout.starts + taken),
+                                _ints(layout.totals - taken))
 
     def rank_plan(self, rank: int, world_size: int) -> EpochPlan:
         """Rank `rank`'s batches of combined ids (split_ids gives source and local index)."""
         m = self.mixture
-        rest = SampleRemainder(ArrayOrder(self.order(world_size)), m.batch_size, m.drop_last,
-                               m.shuffle)
+        rest = SampleRemainder(self.order(world_size), m.batch_size, m.drop_last, m.shuffle)
         return rest.rank_plan(rank, world_size)
 
-    def drawn_table(self, world_size: int) -> np.ndarray:
-        """Row k: samples of each source that all ranks drew in their first k batches of this
-        remainder (padding, a repeat, not counted). Made once with a plan, it makes a loader's
-        progress a lookup."""
-        m = self.mixture
-        source, _ = split_ids(self.order(world_size), m.offsets)
-        steps = self.batches_per_rank(world_size)
-        step = np.arange(len(source)) // (m.batch_size * world_size)
-        keep = step < steps  # drop_last: the short step is never drawn
-        per_step = np.bincount(step[keep] * len(m.sizes) + source[keep],
-                               minlength=steps * len(m.sizes)).reshape(steps, len(m.sizes))
-        table = np.zeros((steps + 1, len(m.sizes)), dtype=np.int64)
-        np.cumsum(per_step, axis=0, out=table[1:])
-        return table
-
     def drawn(self, world_size: int, batches_done: int) -> np.ndarray:
-        """Samples of each source that all ranks drew in their first `batches_done` batches."""
-        table = self.drawn_table(world_size)
-        return table[min(batches_done, len(table) - 1)]
+        """Samples of each source that all ranks drew in their first `batches_done` batches
+        (padding, a repeat, not counted): a closed form, nothing planned."""
+        done = min(batches_done, self.batches_per_rank(world_size))
+        places = min(self._length(), done * self.mixture.batch_size * world_size)
+        return self.layout(world_size).drawn(places)
 
 
 def drawn_in_epoch(start: MixtureRemainder, lineage: Sequence[Segment], world_size: int,
@@ -223,81 +207,5 @@ def _batches_per_rank(n: int, world_size: int, batch_size: int, drop_last: bool)
     return share // batch_size if drop_last else -(-share // batch_size)
 
 
-def _place_sources(parts: list[Part], world_size: int, batch_size: int, n: int) -> np.ndarray:
-    """The source of every place of the epoch's global order."""
-    sources = np.empty(n, dtype=np.int8 if len(parts[0].shares) < 128 else np.int64)
-    group = batch_size * world_size
-    for part in parts:
-        if part.units:
-            full = spread_counts(part.units, batch_size, part.shares,
-                                 _whole_batches_quota(part, batch_size))
-            in_order = np.repeat(np.arange(full.shape[1], dtype=sources.dtype)[None, :]
-                                 .repeat(part.units, 0).ravel(), full.ravel())
-            # Batch by batch (unit b * W + r holds rank r's batch b) to strided places:
-            # slot j of it is place (b * B + j) * W + r.
-            lo, steps = part.first_step * group, part.units // world_size
-            sources[lo:lo + steps * group] = in_order.reshape(
-                steps, world_size, batch_size).transpose(0, 2, 1).ravel()
-        if part.tail:
-            left = np.asarray(part.quota) - (full.sum(axis=0) if part.units else 0)
-            places = _tail_places(n, world_size, batch_size)
-            sizes = np.bincount(places % world_size, minlength=world_size)
-            sources[places] = _short_step_sources(sizes, part.shares, left)
-    return sources
-
-
-def _tail_places(n: int, world_size: int, batch_size: int) -> np.ndarray:
-    """The places of the last, short step, rank by rank (each rank's batch together)."""
-    first = n // (batch_size * world_size) * batch_size * world_size
-    places = np.arange(first, n)
-    return places[np.argsort(places % world_size, kind="stable")]
-
-
-def _whole_batches_quota(part: Part, batch_size: int) -> list[int]:
-    """The part's quota for its whole batches: their own largest-remainder share, kept within
-    what each batch may hold (floor or one more) and within the part's quota (the short step
-    takes the rest)."""
-    units, shares = part.units, part.shares
-    exact = [units * batch_size * s for s in shares]
-    quota = apportion(units * batch_size, shares)
-    room = [min(units * (int(batch_size * s) + 1), q) for s, q in zip(shares, part.quota,
-                                                                      strict=True)]
-    over = sum(max(0, q - r) for q, r in zip(quota, room, strict=True))
-    quota = [min(q, r) for q, r in zip(quota, room, strict=True)]
-    for i in sorted(range(len(quota)), key=lambda i: (-(exact[i] - int(exact[i])), i)):
-        give = min(over, room[i] - quota[i])
-        quota[i] += give
-        over -= give
-    if over:
-        raise AssertionError(f"no room for {over} samples of part {part}")
-    return quota
-
-
-def _short_step_sources(sizes: np.ndarray, shares: tuple[Fraction, ...],
-                        left: np.ndarray) -> np.ndarray:
-    """The sources of the last step's batches (of `sizes`, rank by rank) from what the
-    epoch's quota left: each batch its floors, and its places beyond them to the sources with
-    the most extra places still owed (Ryser's greedy, which finds a way for every batch to hold
-    its floor or one more whenever there is one). Where the quota leaves none, the whole step
-    is spread evenly instead (each batch then within two samples)."""
-    floors = np.array([[int(n * s) for s in shares] for n in sizes.tolist()], dtype=np.int64)
-    owed = left - floors.sum(axis=0)
-    if owed.min() < 0 or owed.max() > len(sizes):
-        return even_merge(left)
-    counts = floors.copy()
-    for rank, extra in enumerate((sizes - floors.sum(axis=1)).tolist()):
-        most = np.argsort(-owed, kind="stable")[:extra]
-        if extra and owed[most].min() <= 0:
-            return even_merge(left)
-        counts[rank, most] += 1
-        owed[most] -= 1
-    return np.repeat(np.tile(np.arange(len(shares)), len(sizes)), counts.ravel())
-
-
-def _fill(sources: np.ndarray, pools: Sequence[np.ndarray], offsets: np.ndarray) -> np.ndarray:
-    """Combined ids: the k-th place of source s (in order) takes pools[s][k]."""
-    ids = np.empty(len(sources), dtype=np.int64)
-    for s, pool in enumerate(pools):
-        # One pass per source, in place order: faster than scattering by a sort of sources.
-        ids[sources == s] = pool + offsets[s]
-    return ids
+def _ints(values: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)

@@ -56,6 +56,40 @@ def stream_slice(size: int, seed: int, source: int, start: int, count: int, shuf
     return perms[lo:lo + count]
 
 
+def stream_at(size: int, seed: int, source: int, positions: np.ndarray,
+              shuffle: bool) -> np.ndarray:
+    """Entries `positions` of a source's stream, as stream_slice gives them, for positions
+    that need not be contiguous (one rank's places of a window): a large source's shuffle is
+    asked for those alone; a small source's come from a slice of its cached blocks."""
+    positions = np.asarray(positions, dtype=np.int64)
+    if len(positions) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if not shuffle:
+        return positions % size
+    # A small source's stream comes in blocks of k permutations, a large one's in cycles of one
+    # keyed shuffle: the positions are looked up piece by piece (usually one or two).
+    span = size * _block_size(size) if size <= _BLOCK_SAMPLES else size
+    first, last = int(positions.min()) // span, int(positions.max()) // span
+    if first == last:
+        return _stream_piece(size, seed, source, first, positions - first * span)
+    piece = positions // span
+    out = np.empty(len(positions), dtype=np.int64)
+    for c in range(first, last + 1):
+        chosen = piece == c
+        if chosen.any():
+            out[chosen] = _stream_piece(size, seed, source, c, positions[chosen] - c * span)
+    return out
+
+
+def _stream_piece(size: int, seed: int, source: int, piece: int,
+                  into: np.ndarray) -> np.ndarray:
+    """Entries `into` of block `piece` of a small source's stream, or of cycle `piece` of a
+    large one's."""
+    if size <= _BLOCK_SAMPLES:
+        return _recent_permutation(size, seed, source, piece * _block_size(size))[into]
+    return IndexShuffle(size, [seed, source, piece, 0x313C])(into)
+
+
 def _keyed_slice(size: int, seed: int, source: int, start: int, count: int) -> np.ndarray:
     """stream_slice of a large source: permutation c is IndexShuffle keyed by (seed, source, c),
     asked for the positions the slice covers in it."""

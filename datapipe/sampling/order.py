@@ -8,8 +8,8 @@ An epoch's order is a function from a place (0 .. n-1) to a sample id, asked for
 batch needs (`EpochOrder.at`). One dataset's order is a keyed permutation computed per place
 (`KeyedOrder`, sampling/index_shuffle.py): no epoch-sized array exists, so a plan costs the
 same at 10^3 samples as at 10^9, on any rank of any world size, and a resumed plan is an
-offset into the same function. A mixture plans its epoch whole and hands the array over
-(`ArrayOrder`).
+offset into the same function. A mixture's order is computed a window of whole steps at a
+time (sampling/mixture_windows.py), so it too costs what a window holds, at any size.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class EpochOrder(Protocol):
 
 @dataclass(frozen=True, eq=False)
 class ArrayOrder:
-    """An order held as an array of sample ids (a mixture's epoch, planned whole)."""
+    """An order held as an array of sample ids (a small order made whole, as tests do)."""
 
     ids: np.ndarray
 
