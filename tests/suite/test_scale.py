@@ -22,7 +22,8 @@ from datapipe.suite.runner import GroupResult, Outcome
 from tests.suite.outputs import check_outputs
 
 DATA = Path(__file__).resolve().parents[2] / "bench-data"  # kept between runs, as the suite's
-ROWS = ("tokens-w1", "tokens-r0of8", "tokens-mix", "tokens-memmap", "images-w1", "images-r0of8")
+ROWS = ("tokens-w1", "tokens-r0of8", "tokens-mix", "tokens-memmap", "images-w1", "images-r0of8",
+        "images-mix")
 SIZES = ("1000", "10000")
 
 

@@ -249,8 +249,9 @@ def run_images(job: Job, world_size: int) -> Record:
 
     transform = dp.image.RandomResizedCrop(CROP) | dp.image.HorizontalFlip()
     return run_loader(lambda: dp.Loader(
-        job.data, batch_size=job.batch, shuffle=True, seed=job.seed, num_workers=job.workers,
-        transform=transform, rank=0, world_size=world_size))
+        mixed(job), batch_size=job.batch, shuffle=True, seed=job.seed, num_workers=job.workers,
+        transform=transform, rank=0, world_size=world_size,
+        weights=MIX_WEIGHTS if job.mix_with else None))
 
 
 class MemmapSampler:
