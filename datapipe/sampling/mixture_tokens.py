@@ -22,13 +22,13 @@ that stretch — so that any stretch of the epoch holds each source close to its
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
 from datapipe.errors import ArgumentError
+from datapipe.sampling.interleave import interleave
 from datapipe.sampling.mixture_spans import drawn_before, epoch_quota, epoch_spans
 from datapipe.sampling.mixture_streams import stream_slice
 from datapipe.sampling.mixture_weights import MixtureWeights, WeightSchedule
@@ -217,28 +217,3 @@ class TokenMixture:
                                      min(_SUM_CHUNK, into - lo), self.shuffle)
                 out[s] += int(np.asarray(self.lengths[s][np.sort(local)]).sum(dtype=np.int64))
         return out
-
-
-def interleave(counts: Sequence[int], places: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(source, rank within the source) of each of `places` in an even merge of sources with
-    `counts` documents: the sources are split in halves, recursively, and each split is
-    Bresenham's line — the left half holds floor((p * L + N // 2) / N) of the first p places
-    (L of N) — so every source's documents are spread evenly, and any place is computed
-    without the places before it."""
-    source = np.empty(len(places), dtype=np.int64)
-    rank = np.empty(len(places), dtype=np.int64)
-    _split(list(counts), 0, len(counts), np.arange(len(places)), places, source, rank)
-    return source, rank
-
-
-def _split(counts: list[int], lo: int, hi: int, at: np.ndarray, places: np.ndarray,
-           source: np.ndarray, rank: np.ndarray) -> None:
-    if hi - lo == 1 or not len(at):
-        source[at], rank[at] = lo, places
-        return
-    mid = (lo + hi) // 2
-    total, left = sum(counts[lo:hi]), sum(counts[lo:mid])
-    before = (places * left + total // 2) // total
-    is_left = ((places + 1) * left + total // 2) // total > before
-    _split(counts, lo, mid, at[is_left], before[is_left], source, rank)
-    _split(counts, mid, hi, at[~is_left], (places - before)[~is_left], source, rank)

@@ -12,7 +12,8 @@ import pytest
 
 from datapipe.errors import ArgumentError
 from datapipe.loader.token_mixing import CombinedSources
-from datapipe.sampling.mixture_tokens import TokenMixture, interleave
+from datapipe.sampling.interleave import interleave, prefix
+from datapipe.sampling.mixture_tokens import TokenMixture
 from datapipe.sampling.mixture_weights import MixtureWeights
 from datapipe.sampling.token_windows import TokenWindows
 from datapipe.sampling.tokens import Pieces, TokenPlan, plan_packed
@@ -196,6 +197,8 @@ def test_interleave_spreads_every_source_evenly_and_computes_any_place_alone() -
         some = rng.integers(0, n, 10)
         alone = interleave(counts, some)
         assert np.array_equal(alone[0], source[some]) and np.array_equal(alone[1], rank[some])
+        for p in (0, 1, n // 3, n - 1, n):  # a prefix's counts by formula, no places walked
+            assert prefix(counts, p) == np.bincount(source[:p], minlength=len(counts)).tolist()
 
 
 def test_counts_per_source_follow_the_windowed_plan() -> None:
