@@ -15,8 +15,12 @@ from datapipe.sampling.elastic import Remainder, Segment, follow, is_count, pars
 
 # Version 3: orders computed per position (a keyed shuffle; token plans a window at a time).
 # States of versions 1 and 2 name positions in the whole-epoch orders before it: refused.
-STATE_VERSION = 3
+# Version 4: mixtures too (each source's stream a keyed shuffle per pass, token mixtures a
+# window at a time): a version 3 state over one dataset names the same order, over a mixture
+# an order that changed.
+STATE_VERSION = 4
 _OLD_PLANNER_VERSIONS = (1, 2)
+_OLD_MIXTURE_VERSIONS = (3,)
 # Identity entries that states saved by older versions lack: accepted when missing.
 _ADDED_LATER = ("manifest", "bucket_batches", "pack_window")
 # Identity entries a state may be loaded across: the position they name is a global one.
@@ -112,12 +116,14 @@ def restore_position(state: dict[str, Any], identity: dict[str, Any],
     the saved world drew becomes one more segment, and this world begins what is left.
     """
     version = state.get("version") if isinstance(state, dict) else None
-    if version in _OLD_PLANNER_VERSIONS:
+    saved = state.get("identity") if isinstance(state, dict) else None
+    mixed = isinstance(saved, dict) and "sources" in saved
+    if version in _OLD_PLANNER_VERSIONS or (version in _OLD_MIXTURE_VERSIONS and mixed):
         raise ArgumentError(f"load_state_dict: the state (version {version}) was saved by a "
-                            "datapipe whose sample order differs from this one's; it cannot be "
-                            "continued exactly: start its epoch over (set_epoch) or finish the "
-                            "run with the version that saved it")
-    if version != STATE_VERSION:
+                            f"datapipe whose {'mixture' if mixed else 'sample'} order differs "
+                            "from this one's; it cannot be continued exactly: start its epoch "
+                            "over (set_epoch) or finish the run with the version that saved it")
+    if version != STATE_VERSION and version not in _OLD_MIXTURE_VERSIONS:
         raise ArgumentError(f"load_state_dict: not a datapipe loader state (version "
                             f"{version!r})")
     _check_identity(state.get("identity"), identity, ("weights",) if reweighted else ())

@@ -19,7 +19,7 @@ CROP = dp.image.CenterCrop(16)
 
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Two image datasets of 12 samples each (other pixels), and a text one."""
+    """Two image datasets of 12 samples each (other pixels), and two text ones."""
     root = tmp_path_factory.mktemp("state")
     out = {}
     for seed in (0, 1):
@@ -29,7 +29,9 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out["a"], out["b"] = root / "images0", root / "images1"
     (root / "a.txt").write_text("\n".join(" ".join(["w"] * (i % 9 + 2)) for i in range(50)))
     convert("text", root / "a.txt", root / "tokens", "--tokenizer", "bytes")
-    out["tokens"] = root / "tokens"
+    (root / "b.txt").write_text("\n".join(" ".join(["v"] * (i % 5 + 3)) for i in range(30)))
+    convert("text", root / "b.txt", root / "tokens2", "--tokenizer", "bytes")
+    out["tokens"], out["tokens2"] = root / "tokens", root / "tokens2"
     return out
 
 
@@ -90,6 +92,29 @@ def test_a_state_from_the_whole_epoch_planner_is_refused_in_one_line(
     with images(datasets["a"]) as loader, \
             pytest.raises(ArgumentError, match=f"version {version}.*sample order differs"):
         loader.load_state_dict(old)
+
+
+def test_a_version_3_state_loads_over_one_dataset_and_is_refused_over_a_mixture(
+        datasets: dict[str, Path]) -> None:
+    """Version 4 changed mixtures' orders only (keyed streams, token mixtures in windows): a
+    version 3 state over one dataset names the same order and continues; over a mixture, not."""
+    one = {**saved_after(datasets["a"], 1), "version": 3}
+    with images(datasets["a"]) as loader:
+        loader.load_state_dict(one)
+        assert next(iter(loader))["index"].tolist() == after_one(datasets["a"])
+    with dp.TokenLoader([datasets["tokens"], datasets["tokens2"]], max_tokens=64) as mixed:
+        next(iter(mixed))
+        state = {**json.loads(json.dumps(mixed.state_dict())), "version": 3}
+        with pytest.raises(ArgumentError, match=r"version 3.*mixture order differs") as err:
+            mixed.load_state_dict(state)
+    assert "\n" not in str(err.value)
+
+
+def after_one(path: Path) -> list[int]:
+    with images(path) as loader:
+        it = iter(loader)
+        next(it)
+        return next(it)["index"].tolist()
 
 
 @pytest.mark.parametrize(("layout", "setting", "values"), [
