@@ -1,0 +1,34 @@
+"""Captioned images for tests: a CLIP-style tokenizer trained in a second, and captions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+WORDS = ("a photo of dog cat red blue small large car tree on the grass street with two "
+         "people sitting near old house bright sky over water boat bird flying").split()
+
+
+def caption(n: int, words: int = 6) -> str:
+    """A made-up caption, different for each n."""
+    return " ".join(WORDS[(n * 7 + 3 * k + k * k) % len(WORDS)] for k in range(words))
+
+
+def clip_style_tokenizer(folder: Path, vocab_size: int = 300) -> Path:
+    """A byte-level BPE tokenizer.json whose template wraps every text in
+    <|startoftext|> ... <|endoftext|>, as CLIP's does; saved with a pad token beside it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[
+        "<|startoftext|>", "<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator([caption(n, 12) for n in range(400)], trainer)
+    bos, eos = tokenizer.token_to_id("<|startoftext|>"), tokenizer.token_to_id("<|endoftext|>")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|startoftext|> $A <|endoftext|>",
+        special_tokens=[("<|startoftext|>", bos), ("<|endoftext|>", eos)])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tokenizer.json"
+    tokenizer.save(str(path))
+    return path
