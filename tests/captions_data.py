@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 WORDS = ("a photo of dog cat red blue small large car tree on the grass street with two "
@@ -31,4 +32,22 @@ def clip_style_tokenizer(folder: Path, vocab_size: int = 300) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "tokenizer.json"
     tokenizer.save(str(path))
+    # As transformers saves CLIP's: its pad token is the end of text.
+    (folder / "special_tokens_map.json").write_text(json.dumps({"pad_token": "<|endoftext|>"}))
+    return path
+
+
+def write_captioned_tar(path: Path, captions: list, first: int = 0) -> Path:
+    """A tar as webdataset's TarWriter writes it: a jpg and a json (its "caption": a string or
+    a list of them) per sample."""
+    import webdataset as wds
+
+    from tests.imagegen import jpeg_bytes, noise_image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with wds.TarWriter(str(path)) as sink:
+        for n, value in enumerate(captions, first):
+            sink.write({"__key__": f"{n:06d}",
+                        "jpg": jpeg_bytes(noise_image(40 + n % 5 * 4, 32, n)),
+                        "json": json.dumps({"caption": value})})
     return path
