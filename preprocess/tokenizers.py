@@ -11,14 +11,12 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import ArgumentError
+from datapipe.format.captions import BOS_CANDIDATES, EOS_CANDIDATES, PAD_CANDIDATES
 from datapipe.format.hashing import hash_file
 from preprocess.long_texts import TextIds, cut_problem, encode_texts
 
-# Tried in order when --append-eos is given and no --eos-token names one.
-EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "[SEP]", "<|end_of_text|>")
-# A caption's first and padding ids, where the tokenizer saves none: found by name.
-BOS_CANDIDATES = ("<|startoftext|>", "<s>", "<bos>", "[CLS]", "<|begin_of_text|>")
-PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
+# EOS_CANDIDATES are tried in order when --append-eos is given and no --eos-token names one;
+# the others find a caption's first and padding ids where the tokenizer saves none.
 
 
 class TextTokenizer(ABC):

@@ -29,6 +29,10 @@ CAPTION_TEXTS = "captions"
 CAPTION_COLUMNS = (CAPTION_IDS, CAPTION_LENGTHS, CAPTION_TEXTS)
 ID_TYPES = tuple(TOKEN_DTYPES)  # uint8, uint16, uint32
 LENGTH_TYPE = "int32[]"
+# Special tokens found by name where a tokenizer does not say which is which.
+EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "[SEP]", "<|end_of_text|>")
+BOS_CANDIDATES = ("<|startoftext|>", "<s>", "<bos>", "[CLS]", "<|begin_of_text|>")
+PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
 
 
 def id_type_for(vocab_size: int, chosen: str | None = None, option: str = "id type") -> str:

@@ -21,9 +21,8 @@ from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.image.batch_ops import BatchTransforms
 from datapipe.image.cpu_decode import warn_if_slow_path
-from datapipe.image.normalize import TORCH_DTYPES
-from datapipe.image.placement import ViewSpec, check_picklable, place_steps
-from datapipe.image.transforms import Pipeline, Transform, as_pipeline
+from datapipe.image.placement import check_picklable, place_steps
+from datapipe.image.transforms import Pipeline, Transform
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
 from datapipe.loader.base import LoaderBase, refuse_empty
 from datapipe.loader.batch_loop import BatchProducer
@@ -35,6 +34,7 @@ from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.extra_columns import add_to_batch
 from datapipe.loader.extra_columns import choose as extra_column_names
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
+from datapipe.loader.image_views import view_of, view_pipelines
 from datapipe.loader.mixing import check_mixture_arguments, describe, samples_drawn
 from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.sampling.elastic import follow
@@ -146,7 +146,7 @@ class Loader(LoaderBase):
         self.decode = decode
         if decode == "cpu":
             warn_if_slow_path()
-        pipelines = _view_pipelines(transform, views)
+        pipelines = view_pipelines(transform, views)
         if decode == "dali" and views is not None:
             raise ArgumentError("views= needs decode='cpu': the DALI graph makes one view")
         self.pipeline = pipelines[0]
@@ -326,7 +326,7 @@ class Loader(LoaderBase):
             images: Any = slot.permute(0, 3, 1, 2)
         else:
             offsets = self.spec.view_offsets(meta.get("capacity", n))
-            images = tuple(_view_of(slot, view, offset, n)
+            images = tuple(view_of(slot, view, offset, n)
                            for view, offset in zip(self.spec.views, offsets, strict=True))
             images = images if self._views else images[0]
         self.skipped.extend(meta["skipped"])
@@ -391,25 +391,3 @@ class Loader(LoaderBase):
         if feed is not None and not self._passes.foreign:
             feed.close()
         super().close()
-
-
-def _view_pipelines(transform: Transform | None,
-                    views: tuple[Transform, ...] | None) -> list[Pipeline]:
-    if views is None:
-        return [as_pipeline(transform)]
-    if transform is not None:
-        raise ArgumentError("give transform= or views=, not both: with views, each view's "
-                            "transform is the whole pipeline for that view")
-    if isinstance(views, Transform) or not isinstance(views, tuple | list) or not views:
-        raise ArgumentError(f"views must be a tuple of one or more transforms (one per view), "
-                            f"got {views!r}")
-    return [as_pipeline(view) for view in views]
-
-
-def _view_of(slot: torch.Tensor, view: ViewSpec, offset: int, n: int) -> torch.Tensor:
-    """A view's images in the worker's buffer, in the dtype the workers wrote: no copy (the
-    buffer is not reused while the batch lives). NCHW shape, channels-last memory."""
-    h, w = view.out_size
-    dtype = TORCH_DTYPES.get(view.pixel_dtype, torch.uint8)
-    images = slot[offset: offset + view.nbytes(n)].view(dtype).view(n, h, w, 3)
-    return images.permute(0, 3, 1, 2)
