@@ -64,6 +64,7 @@ def fit_caption(ids: np.ndarray, eos_id: int | None, max_tokens: int | None
     """A caption's ids ending with `eos_id` (appended when the tokenizer's own template did not
     add it), cut to `max_tokens` keeping that last id, as a tokenizer's truncation keeps its
     special tokens; and whether it was cut."""
+    ids = np.asarray(ids, dtype=np.int64)  # bytes come as uint8, and their end of text is 256
     if eos_id is not None and (len(ids) == 0 or int(ids[-1]) != eos_id):
         ids = np.append(ids, np.asarray(eos_id, dtype=ids.dtype))
     if max_tokens is None or len(ids) <= max_tokens:

@@ -140,6 +140,15 @@ def test_list_and_folder_sidecar_captions(cli, tokenizer_path: Path, tmp_path: P
                                            for n in range(3)]
 
 
+def test_the_bytes_tokenizer_stores_utf8_bytes_then_its_end_of_text(cli, tmp_path: Path) -> None:
+    _write_wds(tmp_path / "a.tar", ["café au lait", ["a", "bb"]])
+    assert _convert(cli, tmp_path / "a.tar", tmp_path / "out", "bytes").code == 0
+    assert _stored(tmp_path / "out") == [[[*"café au lait".encode(), 256]],
+                                         [[97, 256], [98, 98, 256]]]
+    with Dataset(tmp_path / "out") as ds:
+        assert ds.manifest.column("caption_ids").type == "uint16[]"  # 257 ids
+
+
 def test_over_long_captions_are_cut_keeping_end_of_text_and_counted(
         cli, tokenizer_path: Path, tmp_path: Path) -> None:
     captions = [caption(n, words=1 if n % 2 else 20) for n in range(6)]
