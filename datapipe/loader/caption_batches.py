@@ -19,6 +19,7 @@ from datapipe.format.dataset import Dataset
 from datapipe.loader.caption_fields import CaptionLayout
 from datapipe.sampling.caption_draw import caption_choice
 
+_NONE = np.empty(0, np.int64)
 ALIGN = 8  # int64 rows: their region starts on an 8-byte boundary of the buffer
 
 
@@ -42,38 +43,36 @@ class CaptionCollator:
              region: np.ndarray) -> dict[str, Any]:
         """The drawn caption of each sample into `region` (the buffer's caption bytes):
         (n, L) ids, then (n, L) mask. Returns what the batch needs to view them."""
-        picked = self._drawn(epoch, indices, shards, rows)
-        width = self.layout.width(max((len(ids) for ids in picked), default=1))
+        picked, chosen = self._drawn(epoch, indices, shards, rows)
+        width = self.layout.width(max(map(len, picked), default=1))
+        picked = [self._fitted(caption, width) for caption in picked]
         n = len(picked)
         ids = region[:n * width * 8].view(np.int64).reshape(n, width)
         mask = region[n * width * 8: 2 * n * width * 8].view(np.int64).reshape(n, width)
+        lengths = np.fromiter(map(len, picked), dtype=np.int64, count=n)
+        real = np.arange(width) < lengths[:, None]  # one assignment for the whole batch
         ids.fill(self.layout.pad_id)
-        mask.fill(0)
-        for row, caption in enumerate(picked):
-            caption = self._fitted(caption, width)
-            ids[row, :len(caption)] = caption
-            mask[row, :len(caption)] = 1
-        return {"caption_width": width,
-                "caption_index": self._index if n else np.empty(0, np.int64)}
+        if n:
+            ids[real] = np.concatenate(picked)
+        np.copyto(mask, real)
+        return {"caption_width": width, "caption_index": chosen}
 
     def _drawn(self, epoch: int, indices: np.ndarray, shards: np.ndarray,
-               rows: np.ndarray) -> list[np.ndarray]:
-        """Each sample's drawn caption ids, views of the shard's mapping."""
-        readers = [self.dataset.shard(int(s)) for s in shards]
-        lengths = [r.payload(CAPTION_LENGTHS, int(row)) for r, row in zip(readers, rows,
-                                                                          strict=True)]
+               rows: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """Each sample's drawn caption ids (views of the shard's mapping), and which it was."""
+        readers = {s: self.dataset.shard(s) for s in set(shards.tolist())}
+        places = [(readers[s], r) for s, r in zip(shards.tolist(), rows.tolist(), strict=True)]
+        lengths = [reader.payload(CAPTION_LENGTHS, row).tolist() for reader, row in places]
         counts = np.fromiter(map(len, lengths), dtype=np.int64, count=len(lengths))
-        self._index = caption_choice(self.seed, epoch, indices, counts)
+        chosen = caption_choice(self.seed, epoch, indices, counts)
         picked = []
-        for reader, row, length, choice in zip(readers, rows, lengths, self._index.tolist(),
-                                               strict=True):
-            if not len(length):  # a sample written without captions: an empty row
-                picked.append(np.empty(0, np.int64))
+        for (reader, row), length, choice in zip(places, lengths, chosen.tolist(), strict=True):
+            if not length:  # a sample written without captions: an empty row
+                picked.append(_NONE)
                 continue
-            start = int(length[:choice].sum())
-            ids = reader.payload(CAPTION_IDS, int(row))
-            picked.append(ids[start:start + int(length[choice])])
-        return picked
+            start = sum(length[:choice])
+            picked.append(reader.payload(CAPTION_IDS, row)[start:start + length[choice]])
+        return picked, chosen
 
     def _fitted(self, caption: np.ndarray, width: int) -> np.ndarray:
         """A caption cut to `width`, keeping its end-of-text id at the end."""

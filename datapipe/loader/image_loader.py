@@ -132,6 +132,8 @@ class Loader(LoaderBase):
         asked_captions = as_captions(captions)
         if decode == "dali" and asked_captions:
             raise ArgumentError("captions need decode='cpu': the workers collate them")
+        if decode == "dali":  # a captioned dataset's images alone, never a silent half batch
+            asked_captions = False
         self.mixing = check_mixture_arguments(path, weights, epoch_size, reweight, cache_dir,
                                               cache_size)
         super().__init__(describe(path), fields)

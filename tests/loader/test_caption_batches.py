@@ -158,3 +158,18 @@ def test_captions_that_cannot_be_read_are_refused_in_one_line(tmp_path: Path, fi
     with dp.Loader(five, batch_size=4, num_workers=0, transform=CROP,
                    captions=False) as loader:
         assert "input_ids" not in next(iter(loader))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_caption_rows_arrive_with_the_images(five: Path) -> None:
+    def batches(device: str) -> list[dict]:
+        with dp.Loader(five, batch_size=4, num_workers=1, transform=CROP, seed=5,
+                       captions="openclip", device=device) as loader:
+            return [{k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in b.items()}
+                    | {"device": b["input_ids"].device.type} for b in loader]
+
+    on_gpu, on_cpu = batches("cuda"), batches("cpu")
+    assert all(b["device"] == "cuda" for b in on_gpu)
+    for got, want in zip(on_gpu, on_cpu, strict=True):
+        assert torch.equal(got["input_ids"], want["input_ids"])
+        assert torch.equal(got["attention_mask"], want["attention_mask"])

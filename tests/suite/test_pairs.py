@@ -30,7 +30,9 @@ def test_pairs_group_measures_datapipe_against_the_openclip_style_pipeline(
     for name in ("openclip", "datapipe-pairs", "datapipe-images"):
         assert entries[name]["status"] == "ok" and entries[name]["median"] > 0, entries[name]
     details = (tmp_path / "out" / "pairs.md").read_text()
+    assert "By pairs/s: datapipe-pairs " in details
     assert "× the OpenCLIP-style pipeline (goal ≥ 3×:" in details
+    assert "By pairs per CPU-second: datapipe-pairs " in details
     assert "of its images-only rate on the same shards" in details
     meta = json.loads((tmp_path / "out" / "pairs.json").read_text())["meta"]
     assert set(meta["forms"]) == {"captioned-tars", "captions-datapipe"}
