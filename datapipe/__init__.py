@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 # `datapipe convert` and friends never need it; the writer needs what writing needs.
 _LAZY = {"Loader": "datapipe.loader", "TokenLoader": "datapipe.loader",
          "WorkerError": "datapipe.loader", "DatasetWriter": "datapipe.format.dataset_writer",
-         "merge_parts": "datapipe.format.parts",
+         "merge_parts": "datapipe.format.parts", "Captions": "datapipe.loader.caption_fields",
          "PerSample": "datapipe.image.steps", "PerBatch": "datapipe.image.steps",
          "SampleStep": "datapipe.image.steps", "BatchStep": "datapipe.image.steps",
          **dict.fromkeys(("RandAugment", "TrivialAugmentWide", "AutoAugment", "RandomErasing",
@@ -49,7 +49,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'datapipe' has no attribute {name!r}")
 
 
-__all__ = ["ArgumentError", "AutoAugment", "BatchStep", "DataError", "DatapipeError", "Dataset",
-           "DatasetWriter", "Loader", "Manifest", "Mixup", "PerBatch", "PerSample",
+__all__ = ["ArgumentError", "AutoAugment", "BatchStep", "Captions", "DataError", "DatapipeError",
+           "Dataset", "DatasetWriter", "Loader", "Manifest", "Mixup", "PerBatch", "PerSample",
            "RandAugment", "RandomErasing", "SampleStep", "TokenLoader", "TrivialAugmentWide",
            "WorkerError", "__version__", "cli", "image", "merge_parts", "profile"]

@@ -32,8 +32,9 @@ from pathlib import Path
 
 from datapipe.errors import ArgumentError
 from preprocess.filesystems import special_devices
-from preprocess.image_inputs import ImageItem, ImageSource
+from preprocess.image_inputs import ImageItem, ImageSource, alternatives
 from preprocess.input_files import is_datapipe_output
+from preprocess.sidecars import attach_sidecars
 
 HIDDEN = "hidden (name starts with '.'): not read"
 LOOP = "symlink loop: leads back to a folder it is in; not followed"
@@ -45,8 +46,11 @@ Identity = tuple[int, int]  # (st_dev, st_ino) of a folder: the same folder howe
 Pending = tuple[Path, int, bool]  # path, label, in a class folder
 
 
-def scan_image_folder(src: Path, leave_out: Path | None = None) -> ImageSource:
-    """The inputs under SRC; `leave_out` (OUT) is not scanned, wherever it is."""
+def scan_image_folder(src: Path, leave_out: Path | None = None,
+                      caption_field: str | None = None) -> ImageSource:
+    """The inputs under SRC; `leave_out` (OUT) is not scanned, wherever it is. With
+    `caption_field` (extensions such as "txt"), each image's caption is read from the sidecar
+    file beside it (`cat.jpg` -> `cat.txt`), which is then no input of its own."""
     root = Path(os.path.abspath(src))
     try:
         walk = _Walk(root, leave_out)
@@ -59,6 +63,8 @@ def scan_image_folder(src: Path, leave_out: Path | None = None) -> ImageSource:
     labels = {name: label for label, name in enumerate(classes)}
     items = list(walk.items([(Path(e.path), labels.get(e.name, -1), e.name in labels)
                              for e in top]))
+    if caption_field is not None:
+        items = attach_sidecars(items, alternatives(caption_field))
     if all(item.problem for item in items):
         first = f" ({items[0].source}: {items[0].problem})" if items else ""
         raise ArgumentError(f"SRC {src} holds no files under its class folders{first}")

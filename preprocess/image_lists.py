@@ -14,7 +14,7 @@ from typing import Any
 
 from datapipe.errors import ArgumentError, DataError
 from preprocess.image_columns import check_extra_names, class_labels, typed_column
-from preprocess.image_inputs import ImageItem, ImageSource
+from preprocess.image_inputs import ImageItem, ImageSource, alternatives
 from preprocess.input_files import (
     TEXT_ENCODING,
     require_regular_file,
@@ -40,11 +40,12 @@ class BadLine:
     reason: str
 
 
-def read_image_list(src: Path) -> ImageSource:
-    """The images a .csv or .jsonl list names, in its order."""
+def read_image_list(src: Path, caption_field: str | None = None) -> ImageSource:
+    """The images a .csv or .jsonl list names, in its order; each with its `caption_field`
+    value (the first of its alternatives a line has) when captions are read."""
     require_regular_file(src)
     return _from_records(src, _read_csv(src) if src.suffix.lower() == ".csv" else
-                         _read_jsonl(src))
+                         _read_jsonl(src), alternatives(caption_field or ""))
 
 
 def _read_csv(src: Path) -> list[Row | BadLine]:
@@ -110,14 +111,15 @@ def _read_jsonl(src: Path) -> list[Row | BadLine]:
     return records
 
 
-def _from_records(src: Path, records: list[Row | BadLine]) -> ImageSource:
+def _from_records(src: Path, records: list[Row | BadLine],
+                  caption_fields: tuple[str, ...]) -> ImageSource:
     rows = [r for r in records if isinstance(r, Row)]
     if not rows:
         raise ArgumentError(f"SRC {src} lists no images"
                             + (f" ({records[0].reason})" if records else ""))
     if "path" not in rows[0].values:
         raise ArgumentError(f"SRC {src}: needs a 'path' column (and usually 'label')")
-    extra_names = [k for k in rows[0].values if k not in ("path", "label")]
+    extra_names = [k for k in rows[0].values if k not in ("path", "label", *caption_fields)]
     check_extra_names(src, extra_names)
     labels, classes = _labels(src, rows)
     extras = {name: typed_column([r.values.get(name) for r in rows]) for name in extra_names}
@@ -130,9 +132,16 @@ def _from_records(src: Path, records: list[Row | BadLine]) -> ImageSource:
         path, label = str(record.values["path"]), labels[index]
         items.append(ImageItem((src.parent / path).resolve(), path, -1 if label is None else label,
                                tuple(extras[name][1][index] for name in extra_names),
-                               problem=_label_problem(src, record, label)))
+                               problem=_label_problem(src, record, label),
+                               caption=_caption(record, caption_fields)))
         index += 1
     return ImageSource(tuple(items), classes, tuple((n, extras[n][0]) for n in extra_names))
+
+
+def _caption(row: Row, fields: tuple[str, ...]) -> Any:
+    """The first caption field the line has (a CSV cell is text; a JSONL value may be a list
+    of captions, or anything JSON holds); None: none."""
+    return next((row.values[f] for f in fields if row.values.get(f) is not None), None)
 
 
 def _labels(src: Path, rows: list[Row]) -> tuple[list[int | None], tuple[str, ...] | None]:

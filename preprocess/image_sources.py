@@ -38,18 +38,19 @@ def list_images(src: Path | str, leave_out: Path | None = None,
     text = str(src) if is_url(src) else str(local_path(src))
     kind = options.kind if options.kind != "auto" else source_kind(text, leave_out)
     options.check_fields_apply(kind)
+    options = options.for_kind(kind)
     if kind in ("folder", "list"):
         path = _existing(text)
-        found = scan_image_folder(path, leave_out) if kind == "folder" else \
-            read_image_list(path)
+        found = scan_image_folder(path, leave_out, options.caption_field) if kind == "folder" \
+            else read_image_list(path, options.caption_field)
         root = os.path.abspath(path if kind == "folder" else path.parent)
-        return dataclasses.replace(found, root=root)
+        return dataclasses.replace(found, root=root, caption_field=options.caption_field)
     suffix = next(s for s, k in FILE_KINDS.items() if k == kind)
     files = find_files(text, (suffix,))
     root = _visible_root(files)
-    if kind == "tar":
-        return list_tar_images(files, options, engine, root)
-    return list_parquet_images(files, options, root)
+    found = list_tar_images(files, options, engine, root) if kind == "tar" else \
+        list_parquet_images(files, options, root)
+    return dataclasses.replace(found, caption_field=options.caption_field)
 
 
 def source_kind(src: str, leave_out: Path | None = None) -> str:

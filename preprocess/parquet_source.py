@@ -47,7 +47,10 @@ class _Layout:
         defaults = LABEL_FIELDS + (tuple(class_labels) if len(class_labels) == 1 else ())
         self.label = self._pick(options.label_field, defaults, "label",
                                 required=options.label_field is not None)
-        self.extras = [f.name for f in schema if f.name not in (self.image, self.label)
+        self.caption = self._pick(options.caption_field, (), "caption", required=True) \
+            if options.caption_field else None
+        self.extras = [f.name for f in schema if f.name not in (self.image, self.label,
+                                                                   self.caption)
                        and _is_scalar(f.type)]
 
     def _pick(self, given: str | None, default: tuple[str, ...], what: str,
@@ -89,21 +92,23 @@ def list_parquet_images(files: tuple[InputFile, ...], options: SourceOptions,
     check_extra_names(describe_files(files), extra_names)
     raw_labels: list[Any] = []
     extras: dict[str, list[Any]] = {name: [] for name in extra_names}
+    captions: list[Any] = []
     for file, parquet, layout in zip(files, parquets, layouts, strict=True):
-        _read_scalars(file, parquet, layout, raw_labels, extras)
+        _read_scalars(file, parquet, layout, raw_labels, extras, captions)
     labels, classes = sparse_labels(raw_labels, "the label is null")
     columns = {name: typed_column(values) for name, values in extras.items()}
-    items = _items(files, parquets, labels, raw_labels, columns)
+    items = _items(files, parquets, labels, raw_labels, columns, captions)
     return ImageSource(items, classes or _class_names(layouts[0]),
                        tuple((name, kind) for name, (kind, _) in columns.items()), files, root,
                        tuple(layout.image for layout in layouts))
 
 
 def _read_scalars(file: InputFile, parquet: Any, layout: _Layout, labels: list[Any],
-                  extras: dict[str, list[Any]]) -> None:
-    """Append the file's labels and extra columns, None where a file lacks the column."""
+                  extras: dict[str, list[Any]], captions: list[Any]) -> None:
+    """Append the file's labels, extra columns and captions (a string, or a list of them per
+    row), None where a file lacks the column."""
     rows = parquet.metadata.num_rows
-    names = [n for n in (layout.label, *layout.extras) if n is not None]
+    names = [n for n in (layout.label, layout.caption, *layout.extras) if n is not None]
     try:
         table = parquet.read(columns=names) if names else None
     except Exception as exc:  # a corrupt column chunk
@@ -112,10 +117,13 @@ def _read_scalars(file: InputFile, parquet: Any, layout: _Layout, labels: list[A
     for name, values in extras.items():
         values.extend(table.column(name).to_pylist() if name in layout.extras else
                       [None] * rows)
+    if layout.caption is not None:
+        captions.extend(table.column(layout.caption).to_pylist())
 
 
 def _items(files: tuple[InputFile, ...], parquets: list[Any], labels: list[Any],
-           raw_labels: list[Any], columns: dict[str, tuple[str, list[Any]]]) -> tuple:
+           raw_labels: list[Any], columns: dict[str, tuple[str, list[Any]]],
+           captions: list[Any]) -> tuple:
     items = []
     index = 0  # among all rows, which labels and extras are aligned with
     for number, (file, parquet) in enumerate(zip(files, parquets, strict=True)):
@@ -128,7 +136,8 @@ def _items(files: tuple[InputFile, ...], parquets: list[Any], labels: list[Any],
                 items.append(ImageItem(
                     None, f"{file.name}#row{row}", label if isinstance(label, int) else -1,
                     tuple(values[index] for _, values in columns.values()), problem,
-                    ParquetRow(number, group, in_group)))
+                    ParquetRow(number, group, in_group),
+                    captions[index] if captions else None))
                 row += 1
                 index += 1
     return tuple(items)

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from preprocess.captions import NotText
 from preprocess.file_access import InputFile, open_forward
 from preprocess.tar_headers import Header, TarDamage, read_headers
 
@@ -36,6 +37,7 @@ class TarSettings:
     files: tuple[InputFile, ...]
     image_fields: tuple[str, ...] = IMAGE_EXTENSIONS  # compared without case (`.JPEG`)
     label_fields: tuple[str, ...] = LABEL_FIELDS  # an extension, or json:KEY
+    caption_fields: tuple[str, ...] = ()  # likewise; () when no caption is read
 
 
 @dataclass
@@ -48,6 +50,7 @@ class TarSample:
     image: tuple[int, int] | None = None  # (offset, size) of the image member's data
     image_rank: int = 0  # of its extension among the image fields: the lowest is taken
     label: Any = None  # the first label field it has; None: none
+    caption: Any = None  # the first caption field it has (NotText: one that is not text)
     texts: dict[str, str | None] = field(default_factory=dict)  # extension -> text (None: not)
     problem: str | None = None
 
@@ -77,7 +80,8 @@ class _Listing:
     def __init__(self, settings: TarSettings, file: InputFile, raw: Any) -> None:
         self.settings, self.file, self.raw = settings, file, raw
         self.images = tuple(e.lower() for e in settings.image_fields)
-        self.read_json = any(f.startswith("json:") for f in settings.label_fields)
+        self.read_json = any(f.startswith("json:")
+                             for f in settings.label_fields + settings.caption_fields)
         self.result: list[TarEntry] = []
         self.sample: TarSample | None = None
         self.strays: list[TarProblem] = []  # members without a key, inside the open sample
@@ -141,6 +145,7 @@ class _Listing:
         sample, self.sample = self.sample, None
         if sample is not None:
             sample.label = self._label(sample)
+            sample.caption = self._caption(sample)
             self.result.append(sample)
         self.result.extend(self.strays)
         self.strays = []
@@ -158,6 +163,27 @@ class _Listing:
             except ValueError:
                 continue
             if isinstance(record, dict) and record.get(key) is not None:
+                return record[key]
+        return None
+
+    def _caption(self, sample: TarSample) -> Any:
+        """The first caption field the sample has: a member's text, or a json key's value
+        (a string, a list of them, or whatever the json holds there)."""
+        for name in self.settings.caption_fields:
+            extension, _, key = name.partition(":")
+            if extension not in sample.texts:
+                continue
+            text = sample.texts[extension]
+            if text is None:
+                return NotText(f"its {extension} member is binary, not UTF-8, or over "
+                               f"{MAX_TEXT_BYTES >> 10} KB")
+            if not key:
+                return text
+            try:
+                record = json.loads(text)
+            except ValueError:
+                return NotText(f"its {extension} member is not JSON")
+            if isinstance(record, dict) and key in record:
                 return record[key]
         return None
 

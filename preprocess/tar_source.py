@@ -34,7 +34,8 @@ def list_tar_images(files: tuple[InputFile, ...], options: SourceOptions,
                     engine: Engine | None, root: str | None) -> ImageSource:
     """The samples of `files` in order, listed by the engine's workers (here without one)."""
     settings = TarSettings(files, _fields(options.image_field, IMAGE_EXTENSIONS),
-                           _fields(options.label_field, LABEL_FIELDS))
+                           _fields(options.label_field, LABEL_FIELDS),
+                           _fields(options.caption_field, ()))
     tasks = range(len(files))
     listings = list(engine.map_ordered(list_tar, settings, tasks) if engine is not None else
                     (list_tar(settings, number) for number in tasks))
@@ -43,7 +44,8 @@ def list_tar_images(files: tuple[InputFile, ...], options: SourceOptions,
                if isinstance(entry, TarSample)]
     labels, classes = sparse_labels([s.label for s in samples], "no label: it has none of "
                                     f"{', '.join(settings.label_fields)}")
-    columns = _extra_columns(files, samples, settings.label_fields)
+    columns = _extra_columns(files, samples,
+                             settings.label_fields + settings.caption_fields)
     items, index = [], 0  # index: among the samples, which labels and extras are aligned with
     for number, listing in enumerate(listings):
         for entry in listing:
@@ -94,10 +96,10 @@ def _reject(sample: TarSample, reason: str) -> None:
 
 
 def _extra_columns(files: tuple[InputFile, ...], samples: list[TarSample],
-                   label_fields: tuple[str, ...]) -> dict[str, tuple[str, list[Any]]]:
+                   used_fields: tuple[str, ...]) -> dict[str, tuple[str, list[Any]]]:
     """Extension -> (column type, value of each sample): the extensions whose every member is
-    short text (not the label's, not json), sorted by name."""
-    used = {field.partition(":")[0] for field in label_fields} | {"json"}
+    short text (not the label's or caption's, not json), sorted by name."""
+    used = {field.partition(":")[0] for field in used_fields} | {"json"}
     names: set[str] = set()
     not_text: set[str] = set()
     for sample in samples:
@@ -116,4 +118,5 @@ def _sample_item(file: InputFile, number: int, sample: TarSample, label: Any,
     if problem is None and not isinstance(label, int):
         problem = label or f"label {sample.label} is beyond the int64 range"
     return ImageItem(None, f"{file.name}:{sample.key}", label if isinstance(label, int) else -1,
-                     extras, problem, TarMember(number, *sample.image) if sample.image else None)
+                     extras, problem, TarMember(number, *sample.image) if sample.image else None,
+                     sample.caption)

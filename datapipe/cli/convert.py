@@ -10,7 +10,9 @@ import click
 
 from datapipe.cli.common import CONTEXT, Progress, join
 from datapipe.cli.convert_options import (
+    caption_options,
     engine_options,
+    make_caption_options,
     make_output_options,
     open_engine,
     output_options,
@@ -50,11 +52,15 @@ def convert() -> None:
               help="Reject an image whose stored or resized size (width x height) is over this "
               "many pixels, judged from its header before decoding; the default is PIL's "
               "decompression-bomb limit.")
+@caption_options
 @engine_options
 @output_options
 def convert_images_cmd(sources: tuple[str, ...], src_kind: str, image_field: str | None,
                        label_field: str | None, short_side: int, upscale: bool, quality: int,
                        subsampling: str, keep_icc: bool, encoding: str, max_pixels: int,
+                       tokenizer: str | None, caption_field: str | None,
+                       caption_max_tokens: int | None, keep_caption_text: bool,
+                       empty_caption: str, caption_id_type: str | None,
                        workers: int, engine: str, address: str | None, **output: Any) -> None:
     """Convert the images SRC holds into OUT, a folder or a URL (s3://bucket/prefix: made
     locally, then uploaded). SRC is told by what it is (or by --src-kind):
@@ -88,6 +94,9 @@ def convert_images_cmd(sources: tuple[str, ...], src_kind: str, image_field: str
 
     Stored images are RGB in sRGB: an embedded ICC profile (Adobe RGB, Display P3, ...) is
     converted, transparency is composited onto white, 16-bit values are scaled by bit depth.
+
+    With --tokenizer, each image's captions (one, or a list: COCO's five) are tokenized and
+    stored beside it as ids (docs/captions.md); a sample without one is a reject naming it.
     """
     from preprocess.image_inputs import SourceOptions
     from preprocess.image_ops import ImageSettings
@@ -96,6 +105,8 @@ def convert_images_cmd(sources: tuple[str, ...], src_kind: str, image_field: str
     if len(sources) < 2:
         raise click.UsageError("give SRC and then OUT")
     *srcs, out = sources
+    captions = make_caption_options(tokenizer, caption_field, caption_max_tokens,
+                                    keep_caption_text, empty_caption, caption_id_type)
     settings = ImageSettings(short_side=short_side, quality=quality, encoding=encoding,
                              max_pixels=max_pixels, subsampling=subsampling, upscale=upscale,
                              keep_icc=keep_icc)
@@ -105,12 +116,14 @@ def convert_images_cmd(sources: tuple[str, ...], src_kind: str, image_field: str
         try:
             result = convert_images("::".join(srcs), options, settings, runner.workers,
                                     engine=runner, progress=progress.update_with_total,
-                                    sources=SourceOptions(src_kind, image_field, label_field))
+                                    sources=SourceOptions(src_kind, image_field, label_field),
+                                    captions=captions)
         finally:
             progress.close()
     rate = result.inputs - _resumed_inputs(result)
     _report(result, "image", f"{rate / max(result.seconds, 1e-9):,.0f} images/s")
     _report_linked_folders(result.rejects)
+    _report_captions(result.manifest)
 
 
 @convert.command("text", context_settings=CONTEXT)
@@ -172,6 +185,16 @@ def _report_linked_folders(rejects: list[dict[str, Any]]) -> None:
         click.echo(f"skipped {plural(len(linked), 'link')} to folders SRC holds "
                    f"by their real paths (first: {linked[0]['source']} -> {first}); each is "
                    "walked there, under its own class")
+
+
+def _report_captions(manifest: Any) -> None:
+    stats = manifest.stats.get("captions")
+    if not stats:
+        return
+    limit = manifest.settings["captions"]["max_tokens"]
+    cut = f", {plural(stats['truncated'], 'caption')} cut to {limit} tokens" if limit else ""
+    click.echo(f"captions: {plural(stats['captions'], 'caption')} "
+               f"({manifest.tokenizer['name']}), the longest {stats['longest']} tokens{cut}")
 
 
 def _resumed_inputs(result: Any) -> int:

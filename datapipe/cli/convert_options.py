@@ -58,6 +58,57 @@ def source_options(func: Callable[..., Any]) -> Any:
     ])
 
 
+def caption_options(func: Callable[..., Any]) -> Any:
+    """Captions beside the images of `convert images`, tokenized once."""
+    from preprocess.captions import EMPTY_POLICIES
+
+    return add_options(func, [
+        click.option("--tokenizer", default=None, metavar="TOKENIZER",
+                     help="Store each image's captions as token ids: a Hugging Face "
+                     "tokenizer.json (or the folder holding it) or 'bytes', as convert text "
+                     "takes. Ids are the tokenizer's own, its special tokens included (CLIP's "
+                     "start and end of text), ending with its end-of-text id."),
+        click.option("--caption-field", default=None, metavar="NAME[;NAME...]",
+                     help="Where the caption is: tars, a member extension or json:KEY [default: "
+                     "txt;json:caption]; Parquet, a column [caption;text]; CSV/JSONL, a field "
+                     "[caption]; a folder, the extension of a sidecar file beside each image "
+                     "(cat.jpg -> cat.txt) [txt]. A JSON list (or Parquet list) is several "
+                     "captions of one image."),
+        click.option("--caption-max-tokens", default=None, type=int, metavar="N",
+                     help="Cut longer captions to N ids, keeping the end-of-text id; the summary "
+                     "counts them. [default: keep every id]"),
+        click.option("--keep-caption-text", is_flag=True,
+                     help="Also store the captions as text (column 'captions', a JSON list)."),
+        click.option("--empty-caption", type=click.Choice(EMPTY_POLICIES), default="reject",
+                     show_default=True, help="A sample with no caption or a blank one: a "
+                     "reject naming it, or kept with the ids of an empty caption."),
+        click.option("--caption-id-type", type=click.Choice(["uint8", "uint16", "uint32"]),
+                     default=None, help="The stored id type [default: the smallest the "
+                     "vocabulary fits]; a vocabulary it cannot hold is refused."),
+    ])
+
+
+def make_caption_options(tokenizer: str | None, caption_field: str | None,
+                         caption_max_tokens: int | None, keep_caption_text: bool,
+                         empty_caption: str, caption_id_type: str | None) -> Any:
+    """The converter's CaptionOptions (None: no captions) from the values of
+    `caption_options`; a caption option without --tokenizer is refused."""
+    from datapipe.errors import ArgumentError
+    from preprocess.captions import CaptionOptions
+
+    if tokenizer is None:
+        given = [name for name, value in (
+            ("--caption-field", caption_field), ("--caption-max-tokens", caption_max_tokens),
+            ("--keep-caption-text", keep_caption_text or None),
+            ("--caption-id-type", caption_id_type)) if value is not None]
+        if given:
+            raise ArgumentError(f"{given[0]} needs --tokenizer: captions are stored as token "
+                                "ids")
+        return None
+    return CaptionOptions(tokenizer, caption_field, caption_max_tokens, keep_caption_text,
+                          empty_caption, caption_id_type)
+
+
 def sft_options(func: Callable[..., Any]) -> Any:
     """How `convert text` reads supervised fine-tuning JSONL."""
     from preprocess.sft_records import LOSS_ON, TEXT_KINDS

@@ -19,6 +19,8 @@ from typing import Any
 
 from datapipe import sizes
 from datapipe.errors import ArgumentError, DataError
+from datapipe.format.caption_writer import CAPTIONS_TYPE, CaptionEncoder
+from datapipe.format.caption_writer import Mismatch as CaptionMismatch
 from datapipe.format.destination import JOURNAL_NAME, WRITER_WORDING, Destination
 from datapipe.format.manifest import Manifest
 from datapipe.format.parts import (
@@ -103,12 +105,15 @@ class DatasetWriter:
                  *, shard_format: str = "arrow", shard_size: int | str = "256MB",
                  overwrite: bool = False, classes: Sequence[str] | None = None,
                  part: int | None = None, parts: int | None = None,
-                 staging: str | Path | None = None) -> None:
+                 staging: str | Path | None = None, tokenizer: Any | None = None,
+                 caption_max_tokens: int | None = None) -> None:
         self.options = WriterOptions(shard_format, shard_size, overwrite, part, parts)
         if classes is not None:
             classes = _class_names(classes)
         self.classes = classes
-        self.schema: SampleSchema = parse_schema(columns, classes)
+        self._captions = _caption_encoder(columns, tokenizer, caption_max_tokens)
+        self.schema: SampleSchema = parse_schema(
+            columns, classes, self._captions.id_type if self._captions else "uint32")
         self._fields: tuple[Field, ...] = self.schema.fields
         self._derived = tuple(value for _, value in self.schema.derived)
         self.manifest: Manifest | None = None
@@ -174,6 +179,8 @@ class DatasetWriter:
                     raise
             raise
         self.samples_written += 1
+        if self._captions is not None:
+            self._captions.commit()
 
     def write_all(self, samples: Iterable[Mapping[str, Any]]) -> int:
         """Add every sample of an iterable, in order; returns how many."""
@@ -193,8 +200,10 @@ class DatasetWriter:
         cells: list[Any] = []
         for field in self._fields:
             try:
-                cells.extend(field.store(sample[field.name]))
-            except Mismatch as exc:
+                cells.extend(self._captions.cells(sample[field.name])
+                             if field.declared == CAPTIONS_TYPE else
+                             field.store(sample[field.name]))
+            except (Mismatch, CaptionMismatch) as exc:
                 raise DataError(f"{position}, column {field.name!r}: {exc}") from None
         cells.extend(self._derived)
         return [cells[j] for j in self.schema.order]
@@ -240,10 +249,16 @@ class DatasetWriter:
         settings: dict[str, Any] = {"shard_size": self.options.shard_size}
         if self.schema.encoding is not None:
             settings["encoding"] = self.schema.encoding
+        stats: dict[str, Any] = {"inputs": self.samples_written, "rejected": 0}
+        tokenizer = None
+        if self._captions is not None:
+            settings["captions"] = {"max_tokens": self._captions.max_tokens}
+            stats["captions"] = self._captions.stats()
+            tokenizer = self._captions.identity
         return Manifest(kind=self.schema.kind, shard_format=self.options.shard_format,
                         columns=self.schema.columns, shards=tuple(self._shards.shards),
-                        settings=settings, classes=self.classes,
-                        stats={"inputs": self.samples_written, "rejected": 0})
+                        settings=settings, classes=self.classes, stats=stats,
+                        tokenizer=tokenizer)
 
     def _publish(self, manifest: Manifest) -> None:
         part = self.options.part
@@ -263,6 +278,22 @@ class DatasetWriter:
             self.close()
         else:
             self.abandon()
+
+
+def _caption_encoder(columns: Any, tokenizer: Any | None,
+                     max_tokens: int | None) -> CaptionEncoder | None:
+    """The encoder of a declared captions column (None: none is declared)."""
+    try:
+        types = list(columns.values() if isinstance(columns, Mapping) else
+                     (t for _, t in columns))
+    except (TypeError, ValueError):  # parse_schema names what is wrong with them
+        types = []
+    if CAPTIONS_TYPE not in types:
+        if tokenizer is not None or max_tokens is not None:
+            raise ArgumentError("tokenizer and caption_max_tokens go with a column of type "
+                                "'captions'")
+        return None
+    return CaptionEncoder(tokenizer, max_tokens)
 
 
 def _class_names(classes: Sequence[str]) -> tuple[str, ...]:

@@ -145,12 +145,21 @@ def _joined(parts: list[tuple[int, int, Manifest]], where: str) -> Manifest:
                             f"or settings than part 0; write every part with the same ones")
     stats = {"inputs": sum(m.stats.get("inputs", 0) for m in ordered), "rejected": 0,
              "parts": count}
+    if "captions" in first.stats:
+        stats["captions"] = _caption_stats([m.stats["captions"] for m in ordered])
     return Manifest(kind=first.kind, shard_format=first.shard_format, columns=first.columns,
                     shards=tuple(s for m in ordered for s in m.shards), settings=first.settings,
-                    classes=first.classes, stats=stats)
+                    classes=first.classes, stats=stats, tokenizer=first.tokenizer)
+
+
+def _caption_stats(parts: list[dict[str, int]]) -> dict[str, int]:
+    return {"captions": sum(p["captions"] for p in parts),
+            "truncated": sum(p["truncated"] for p in parts),
+            "longest": max(p["longest"] for p in parts)}
 
 
 def _shape(manifest: Manifest) -> tuple[Any, ...]:
     """What the parts of one dataset share (a shard size of their own is no matter)."""
     settings = {k: v for k, v in manifest.settings.items() if k != "shard_size"}
-    return manifest.kind, manifest.shard_format, manifest.columns, settings, manifest.classes
+    return (manifest.kind, manifest.shard_format, manifest.columns, settings, manifest.classes,
+            manifest.tokenizer)

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import ArgumentError
+from datapipe.format.caption_writer import CAPTIONS_TYPE
+from datapipe.format.captions import CAPTION_IDS, CAPTION_LENGTHS, caption_columns
 from datapipe.format.schema import NUMBER_TYPES, TOKEN_DTYPES, Column
 
 # Encoded image types, by the format PIL must find in their header (None: any it reads).
@@ -27,7 +29,8 @@ IMAGE_COLUMNS = ("image", "label", "height", "width")  # as `datapipe convert im
 ALIASES = {"str": "string", "int": "int64", "float": "float64"}
 # Names a loader puts in its batches beside the columns, or the writer derives from another.
 RESERVED = {
-    "images": {"height", "width", "index", "is_padding"},
+    "images": {"height", "width", "index", "is_padding", "input_ids", "attention_mask",
+               "caption_index", CAPTION_IDS, CAPTION_LENGTHS},
     "text": {"length", "index", "is_padding", "input_ids", "labels", "position_ids",
              "cu_seqlens", "max_seqlen", "attention_mask", "num_real_tokens", "efficiency",
              # TokenLoader's loss count and optional fields (datapipe.text.fields); not
@@ -38,7 +41,8 @@ RESERVED = {
     "table": set(),
 }
 TYPES_HELP = ("jpeg, png, image, pixels, bytes, string, a number (int8 ... uint64, float16, "
-              "float32, float64) or an array such as float32[512], uint8[32,32,3] or uint16[]")
+              "float32, float64), an array such as float32[512], uint8[32,32,3] or uint16[], "
+              "or captions (an image dataset's)")
 
 
 class Mismatch(ValueError):
@@ -59,13 +63,15 @@ class Field:
 
     def __post_init__(self) -> None:
         column = self.columns[0]
-        numbers = column.is_scalar or column.is_list
+        numbers = (column.is_scalar or column.is_list) and self.declared != CAPTIONS_TYPE
         object.__setattr__(self, "dtype", column.numpy_dtype if numbers else None)
         object.__setattr__(self, "shape", column.shape)
 
     def store(self, value: Any) -> tuple[Any, ...]:
         """The cells of `self.columns` for `value`; Mismatch when it does not fit."""
         column = self.columns[0]
+        if self.declared == CAPTIONS_TYPE:
+            raise Mismatch("captions are stored by the writer's CaptionEncoder")
         if self.declared in IMAGE_TYPES:
             return _image_cells(value, IMAGE_TYPES[self.declared])
         if self.declared == PIXELS:
@@ -106,7 +112,8 @@ class SampleSchema:
 
 
 def parse_schema(columns: Mapping[str, str] | Sequence[tuple[str, str]],
-                 classes: Sequence[str] | None = None) -> SampleSchema:
+                 classes: Sequence[str] | None = None,
+                 caption_id_type: str = "uint32") -> SampleSchema:
     """A schema from `{"name": "type", ...}` (or (name, type) pairs); ArgumentError for a
     schema no dataset can have: an unknown type, a name twice or reserved, none at all."""
     pairs = list(columns.items()) if isinstance(columns, Mapping) else _pairs(columns)
@@ -129,7 +136,9 @@ def parse_schema(columns: Mapping[str, str] | Sequence[tuple[str, str]],
                             f"{', '.join(sorted(RESERVED[kind]))}); rename it")
     if classes is not None and ("label" not in types or kind != "images"):
         raise ArgumentError("classes: only an image dataset with a 'label' column has classes")
-    fields = tuple(_field(name, declared, kind, classes) for name, declared in types.items())
+    _check_captions(types, kind)
+    fields = tuple(_field(name, declared, kind, classes, caption_id_type)
+                   for name, declared in types.items())
     derived = ()
     if kind == "images" and "label" not in types:  # unlabelled, as the image converter says
         derived = ((Column("label", "int64"), -1),)
@@ -150,7 +159,7 @@ def _canonical(name: str, declared: object) -> str:
         raise ArgumentError(f"column {name!r}: the type is a string ({TYPES_HELP}), got "
                             f"{declared!r}")
     text = ALIASES.get(declared.strip(), declared.replace(" ", ""))
-    if text in IMAGE_TYPES or text == PIXELS:
+    if text in IMAGE_TYPES or text in (PIXELS, CAPTIONS_TYPE):
         return text
     try:
         Column(name, text)
@@ -177,13 +186,25 @@ def _kind(types: dict[str, str]) -> str:
     return "text" if "tokens" in types else "table"
 
 
+def _check_captions(types: dict[str, str], kind: str) -> None:
+    declared = [name for name, kind_ in types.items() if kind_ == CAPTIONS_TYPE]
+    if declared and kind != "images":
+        raise ArgumentError(f"column {declared[0]!r}: captions belong to an image dataset "
+                            "(declare an 'image' column)")
+    if len(declared) > 1:
+        raise ArgumentError(f"columns: {declared[0]!r} and {declared[1]!r} are both captions; "
+                            "give one column a list of captions per sample instead")
+
+
 def _encoding(types: dict[str, str]) -> str:
     declared = types["image"]
     return "raw" if declared == PIXELS else declared
 
 
-def _field(name: str, declared: str, kind: str,
-           classes: Sequence[str] | None) -> Field:
+def _field(name: str, declared: str, kind: str, classes: Sequence[str] | None,
+           caption_id_type: str) -> Field:
+    if declared == CAPTIONS_TYPE:
+        return Field(name, declared, caption_columns(caption_id_type, keep_text=False))
     if declared in IMAGE_TYPES or declared == PIXELS:
         return Field(name, declared, (Column(name, "bytes"), Column("height", "int32"),
                                       Column("width", "int32")))

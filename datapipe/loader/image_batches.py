@@ -17,6 +17,8 @@ from datapipe.image.normalize import NUMPY_DTYPES
 from datapipe.image.placement import ViewSpec
 from datapipe.image.transforms import Normalize, Pipeline, plan_crops
 from datapipe.image.worker_steps import StepFailed, ViewDecoder
+from datapipe.loader.caption_batches import CaptionCollator, aligned, caption_region
+from datapipe.loader.caption_fields import CaptionLayout
 from datapipe.loader.class_labels import BatchLabels
 from datapipe.loader.extra_columns import ExtraColumns
 from datapipe.loader.workers import BatchTask, worker_timing
@@ -37,6 +39,7 @@ class ImageBatchSpec:
     verify: str = "cheap"  # see datapipe/format/integrity.py
     # Per dataset, the loader's label of each of its labels (None: as stored): class_labels.py
     label_maps: tuple[tuple[int, ...], ...] | None = None
+    captions: CaptionLayout | None = None  # drawn captions collated after the images
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
@@ -70,8 +73,15 @@ class ImageBatchSpec:
             offsets.append(offsets[-1] + view.nbytes(capacity))
         return offsets
 
+    def caption_offset(self, capacity: int) -> int:
+        """Where the caption rows start in a buffer laid out for `capacity` samples."""
+        return aligned(sum(view.nbytes(capacity) for view in self.views))
+
     def slot_nbytes(self, batch_size: int) -> int:
-        return sum(view.nbytes(batch_size) for view in self.views)
+        images = sum(view.nbytes(batch_size) for view in self.views)
+        if self.captions is None:
+            return images
+        return self.caption_offset(batch_size) + caption_region(self.captions, batch_size)
 
 
 def batch_rng(seed: int, epoch: int, batch_no: int, view: int = 0) -> np.random.Generator:
@@ -93,6 +103,8 @@ class ImageBatchBuilder:
         self.labels = BatchLabels(self.dataset, spec.label_maps)
         self.extras = ExtraColumns(self.dataset, spec.extra_columns)
         self.decoders = [ViewDecoder(view, v, spec.seed) for v, view in enumerate(spec.views)]
+        self.captions = CaptionCollator(self.dataset, spec.captions, spec.seed) \
+            if spec.captions else None
 
     def _view_images(self, out: np.ndarray, count: int) -> list[np.ndarray]:
         images = []
@@ -152,8 +164,14 @@ class ImageBatchBuilder:
                                 "label": self.labels[idx[keep]],
                                 "is_padding": task.is_pad[keep], "skipped": skipped}
         meta["columns"] = self.extras.of(idx[keep])
-        ended = time.perf_counter()
-        meta["timing"] = worker_timing(started, ended, self._stages(read_s, decode_s))
+        stages = self._stages(read_s, decode_s)
+        if self.captions is not None:
+            t0 = time.perf_counter()
+            offset = self.spec.caption_offset(len(idx))
+            meta.update(self.captions.fill(task.epoch, idx[keep], shards[keep], rows[keep],
+                                           out[offset:]))
+            stages["captions"] = time.perf_counter() - t0
+        meta["timing"] = worker_timing(started, time.perf_counter(), stages)
         return meta
 
     def _where(self, shard: ShardReader, row: int, index: int) -> str:

@@ -14,24 +14,27 @@ import numpy as np
 import torch
 
 from datapipe.errors import ArgumentError, DataError
+from datapipe.format.captions import CAPTION_IDS, CAPTION_LENGTHS, CaptionInfo
 from datapipe.format.concat import SOURCE_FIELD, ConcatDataset, open_dataset
 from datapipe.format.dataset import Dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.image.batch_ops import BatchTransforms
 from datapipe.image.cpu_decode import warn_if_slow_path
-from datapipe.image.normalize import TORCH_DTYPES
-from datapipe.image.placement import ViewSpec, check_picklable, place_steps
-from datapipe.image.transforms import Pipeline, Transform, as_pipeline
+from datapipe.image.placement import check_picklable, place_steps
+from datapipe.image.transforms import Pipeline, Transform
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
 from datapipe.loader.base import LoaderBase, refuse_empty
 from datapipe.loader.batch_loop import BatchProducer
+from datapipe.loader.caption_batches import caption_tensors
+from datapipe.loader.caption_fields import CAPTION_FIELDS, Captions, as_captions, dataset_captions
 from datapipe.loader.class_labels import ClassesArg, ClassLabels, check_classes, resolve_classes
 from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.extra_columns import add_to_batch
 from datapipe.loader.extra_columns import choose as extra_column_names
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
+from datapipe.loader.image_views import view_of, view_pipelines
 from datapipe.loader.mixing import check_mixture_arguments, describe, samples_drawn
 from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.sampling.elastic import follow
@@ -42,7 +45,7 @@ from datapipe.system import available_cores
 
 DECODERS = ("cpu", "dali")
 # The columns a batch holds as its own fields (image, label) or reads to make them.
-STANDARD_COLUMNS = {"image", "label", "height", "width", "path"}
+STANDARD_COLUMNS = {"image", "label", "height", "width", "path", CAPTION_IDS, CAPTION_LENGTHS}
 
 
 class Loader(LoaderBase):
@@ -92,6 +95,13 @@ class Loader(LoaderBase):
     each dataset's labels are renumbered to it by name in the workers. ``loader.classes`` is the
     list a batch's labels index (the datasets' own, without ``classes=``; None where they have
     no class names).
+
+    A dataset converted with captions (``--tokenizer``) hands out, beside ``image``,
+    ``input_ids`` and ``attention_mask`` (B, L) int64 and ``caption_index`` (which caption of
+    the sample was drawn: a pure function of seed, epoch and index), collated in the workers.
+    ``captions="openclip" | "clip" | "siglip"`` or ``dp.Captions(context_length=...,
+    padding="max_length" | "longest", pad_id=...)`` shapes them; ``captions=False`` leaves them
+    out. See docs/captions.md.
     """
 
     def __init__(self, path: str | Path | Sequence[str | Path] | Mapping[str, str | Path],
@@ -105,7 +115,8 @@ class Loader(LoaderBase):
                  fields: Iterable[str] | None = None,
                  views: tuple[Transform, ...] | None = None, weights: ScheduleArg | None = None,
                  epoch_size: int | None = None, reweight: bool = False,
-                 classes: ClassesArg = None) -> None:
+                 classes: ClassesArg = None, captions: str | Captions | bool | None = None
+                 ) -> None:
         batch_size = check_counter("batch_size", batch_size, minimum=1)
         prefetch = check_counter("prefetch", prefetch, minimum=1)
         seed = check_counter("seed", seed)
@@ -118,6 +129,11 @@ class Loader(LoaderBase):
         verify = check_verify_mode(verify)
         epoch_size = check_optional("epoch_size", epoch_size, minimum=1)
         wanted_classes = check_classes(classes)
+        asked_captions = as_captions(captions)
+        if decode == "dali" and asked_captions:
+            raise ArgumentError("captions need decode='cpu': the workers collate them")
+        if decode == "dali":  # a captioned dataset's images alone, never a silent half batch
+            asked_captions = False
         self.mixing = check_mixture_arguments(path, weights, epoch_size, reweight, cache_dir,
                                               cache_size)
         super().__init__(describe(path), fields)
@@ -132,28 +148,30 @@ class Loader(LoaderBase):
         self.decode = decode
         if decode == "cpu":
             warn_if_slow_path()
-        pipelines = _view_pipelines(transform, views)
+        pipelines = view_pipelines(transform, views)
         if decode == "dali" and views is not None:
             raise ArgumentError("views= needs decode='cpu': the DALI graph makes one view")
         self.pipeline = pipelines[0]
         sizes, extras, labels = self._read_datasets(pipelines, verify, extra_columns,
-                                                    epoch_size, wanted_classes)
+                                                    epoch_size, wanted_classes, asked_captions)
         self.classes = labels.classes
         self._check_fields(("image", "label", "index", "is_padding",
-                            *((SOURCE_FIELD,) if self.mixture else ()), *extras))
+                            *((SOURCE_FIELD,) if self.mixture else ()),
+                            *(CAPTION_FIELDS if self.captions else ()), *extras))
         placed = [place_steps(p, size, self.device.type, decode)
                   for p, size in zip(pipelines, sizes, strict=True)]
         if self.num_workers:
             for view, _ in placed:
                 check_picklable(view.sample_steps)
         self.spec = ImageBatchSpec(self.path, tuple(view for view, _ in placed), seed, on_error,
-                                   extras, verify, labels.maps)
+                                   extras, verify, labels.maps, self.captions)
         self.view_transforms = [BatchTransforms(steps, seed, v)
                                 for v, (_, steps) in enumerate(placed)]
         self.batch_transforms = self.view_transforms[0]
         self._views = views is not None
         # Copies images from the batch buffers in place (page-locked) on CUDA.
-        self._feed = DeviceFeed(self.device, pin=("image",), record_stages=True)
+        self._feed = DeviceFeed(self.device, pin=("image", "input_ids", "attention_mask"),
+                                record_stages=True)
         self._producer = self._make_producer(persistent, prefetch)
         self.skipped: list[tuple[int, str]] = []
         if drop_last and self._largest_batch() < batch_size:
@@ -166,9 +184,11 @@ class Loader(LoaderBase):
     def _read_datasets(self, pipelines: list[Pipeline], verify: str,
                        extra_columns: tuple[str, ...] | None, epoch_size: int | None,
                        classes: str | tuple[str, ...] | None,
+                       captions: Captions | bool | None,
                        ) -> tuple[list[tuple[int, int]], tuple[str, ...], ClassLabels]:
         """Check the dataset (or a mixture's datasets) and take what planning needs from it:
-        each view's output size, the extra columns, the class list and label maps."""
+        each view's output size, the extra columns, the class list and label maps, how
+        captions are collated."""
         with open_dataset(self.path, verify=verify) as ds:
             parts = ds.sources if isinstance(ds, ConcatDataset) else [ds]
             if self.mixing:
@@ -191,6 +211,8 @@ class Loader(LoaderBase):
             self.num_samples = self.mixture.samples if self.mixture else len(ds)
             labels = resolve_classes([p.manifest for p in parts],
                                      self.path if self.mixing else [self.path], classes)
+            self.captions = dataset_captions([CaptionInfo.of(p.manifest) for p in parts],
+                                             [describe(p.directory) for p in parts], captions)
         return sizes, extras, labels
 
     @staticmethod
@@ -306,7 +328,7 @@ class Loader(LoaderBase):
             images: Any = slot.permute(0, 3, 1, 2)
         else:
             offsets = self.spec.view_offsets(meta.get("capacity", n))
-            images = tuple(_view_of(slot, view, offset, n)
+            images = tuple(view_of(slot, view, offset, n)
                            for view, offset in zip(self.spec.views, offsets, strict=True))
             images = images if self._views else images[0]
         self.skipped.extend(meta["skipped"])
@@ -318,6 +340,9 @@ class Loader(LoaderBase):
         }
         if SOURCE_FIELD in meta:  # int64 from the workers' batch_ids
             batch[SOURCE_FIELD] = torch.from_numpy(meta[SOURCE_FIELD])
+        if "caption_width" in meta:
+            batch.update(caption_tensors(slot, self.spec.caption_offset(meta.get("capacity", n)),
+                                         meta))
         add_to_batch(batch, meta["columns"])
         return batch
 
@@ -368,25 +393,3 @@ class Loader(LoaderBase):
         if feed is not None and not self._passes.foreign:
             feed.close()
         super().close()
-
-
-def _view_pipelines(transform: Transform | None,
-                    views: tuple[Transform, ...] | None) -> list[Pipeline]:
-    if views is None:
-        return [as_pipeline(transform)]
-    if transform is not None:
-        raise ArgumentError("give transform= or views=, not both: with views, each view's "
-                            "transform is the whole pipeline for that view")
-    if isinstance(views, Transform) or not isinstance(views, tuple | list) or not views:
-        raise ArgumentError(f"views must be a tuple of one or more transforms (one per view), "
-                            f"got {views!r}")
-    return [as_pipeline(view) for view in views]
-
-
-def _view_of(slot: torch.Tensor, view: ViewSpec, offset: int, n: int) -> torch.Tensor:
-    """A view's images in the worker's buffer, in the dtype the workers wrote: no copy (the
-    buffer is not reused while the batch lives). NCHW shape, channels-last memory."""
-    h, w = view.out_size
-    dtype = TORCH_DTYPES.get(view.pixel_dtype, torch.uint8)
-    images = slot[offset: offset + view.nbytes(n)].view(dtype).view(n, h, w, 3)
-    return images.permute(0, 3, 1, 2)

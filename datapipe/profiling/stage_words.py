@@ -14,6 +14,7 @@ WORDS = {
     "read": "reading samples from the shards",
     "decode": "decoding images",
     "collate": "assembling batches",
+    "captions": "padding captions into batches",
     "transform": "batch transforms",
     "pin": "copying batches into pinned memory",
     "copy": "copying batches to the GPU",

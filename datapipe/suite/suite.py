@@ -42,7 +42,7 @@ from datapipe.suite.runner import NO_CUDA, GroupResult, busy_warning, run_group
 from datapipe.system import available_cores
 
 # The groups of each suite, and the stem of each group's own report.
-SUITE_GROUPS = {"images": ("images", "recipe"), "text": ("text",), "convert": ("convert",),
+SUITE_GROUPS = {"images": ("images", "recipe", "pairs"), "text": ("text",), "convert": ("convert",),
                 "gpu": ("gpu", "handoff", "hf_train"), "mixture": ("mixture",),
                 "scale": ("scale",)}
 

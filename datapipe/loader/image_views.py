@@ -1,0 +1,33 @@
+"""A Loader's views of an image: the pipeline of each (`views=`), and each view's images in a
+batch buffer."""
+
+from __future__ import annotations
+
+import torch
+
+from datapipe.errors import ArgumentError
+from datapipe.image.normalize import TORCH_DTYPES
+from datapipe.image.placement import ViewSpec
+from datapipe.image.transforms import Pipeline, Transform, as_pipeline
+
+
+def view_pipelines(transform: Transform | None,
+                    views: tuple[Transform, ...] | None) -> list[Pipeline]:
+    if views is None:
+        return [as_pipeline(transform)]
+    if transform is not None:
+        raise ArgumentError("give transform= or views=, not both: with views, each view's "
+                            "transform is the whole pipeline for that view")
+    if isinstance(views, Transform) or not isinstance(views, tuple | list) or not views:
+        raise ArgumentError(f"views must be a tuple of one or more transforms (one per view), "
+                            f"got {views!r}")
+    return [as_pipeline(view) for view in views]
+
+
+def view_of(slot: torch.Tensor, view: ViewSpec, offset: int, n: int) -> torch.Tensor:
+    """A view's images in the worker's buffer, in the dtype the workers wrote: no copy (the
+    buffer is not reused while the batch lives). NCHW shape, channels-last memory."""
+    h, w = view.out_size
+    dtype = TORCH_DTYPES.get(view.pixel_dtype, torch.uint8)
+    images = slot[offset: offset + view.nbytes(n)].view(dtype).view(n, h, w, 3)
+    return images.permute(0, 3, 1, 2)
