@@ -273,8 +273,8 @@ class TokenLoader(LoaderBase):
     # --- plans ---------------------------------------------------------------------------
 
     def _epoch_start(self, epoch: int) -> TokenStream:
-        """The epoch's documents (a mixture's: its interleaved list, numbered in order) and
-        their plan, kept for the epoch under way and the next (progress() asks again)."""
+        """The epoch's batches, planned a window at a time as they are asked for, kept for the
+        epoch under way and the next (progress() asks again)."""
         start = self._starts.get(epoch)
         if start is None:
             while len(self._starts) >= 2:
@@ -282,8 +282,7 @@ class TokenLoader(LoaderBase):
             start = self._starts[epoch] = self._planner.epoch(epoch)
         return start
 
-    def _rank_plan(self, rest: TokenStream,
-                   epoch: int) -> WindowedRankPlan:
+    def _rank_plan(self, rest: TokenStream, epoch: int) -> WindowedRankPlan:
         return self._planner.rank_plan(rest, self.rank, self.world_size)
 
     # --- iteration -----------------------------------------------------------------------
