@@ -79,8 +79,8 @@ class TokenWindows:
         self._ahead: dict[int, tuple[int, Future[TokenPlan]]] = {}  # window: (pid, its plan)
 
     def plan(self, w: int) -> TokenPlan:
-        """Window w's batches; the window after it is then planned ahead, in a thread, so the
-        training thread rarely waits for one (numpy releases the GIL for most of it)."""
+        """Window w's batches (planned here, or taken from the thread that planned it
+        ahead)."""
         with self._lock:
             plan = self._plans.get(w)
             if plan is not None:
@@ -94,10 +94,13 @@ class TokenWindows:
                 self._plans[w] = plan
                 while len(self._plans) > _KEPT_WINDOWS:
                     self._plans.popitem(last=False)
-        self._plan_ahead(w + 1)
         return plan
 
     def _plan_ahead(self, w: int) -> None:
+        """Window w planned in a thread, so the training thread rarely waits for one (numpy
+        releases the GIL for most of it). Asked once half of the window before is drawn: not
+        at an epoch's or a resume's first batch, where it would compete with the workers'
+        start."""
         with self._lock:
             if w >= self.num_windows or w in self._plans or w in self._ahead:
                 return
@@ -152,7 +155,14 @@ class TokenWindows:
         """Global batch g, or None past the epoch's last batch."""
         last = self._last
         if last is not None and 0 <= g - last.start.batch < len(last.plan):
-            return Located(last.start, last.plan, g - last.start.batch)
+            at = Located(last.start, last.plan, g - last.start.batch)
+        else:
+            at = self._walk_to(g)
+        if at is not None and 2 * at.local >= len(at.plan):
+            self._plan_ahead(at.start.window + 1)
+        return at
+
+    def _walk_to(self, g: int) -> Located | None:
         i = bisect.bisect_right(self._known_batches, g) - 1
         start = self._starts[self._known[max(i, 0)]]
         while start.window < self.num_windows:

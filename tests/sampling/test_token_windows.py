@@ -152,7 +152,10 @@ def test_the_next_window_is_planned_ahead_in_a_thread() -> None:
         return inner._plan_window(w)
 
     ahead = TokenWindows(inner.num_windows, plan)
-    first = ahead.plan(0)
+    first = ahead.locate(0).plan
+    time.sleep(0.2)
+    assert list(threads) == [0], "not at a window's first batch: the workers are starting"
+    ahead.locate((len(first) + 1) // 2)  # half of window 0 drawn: window 1 planned ahead
     deadline = time.monotonic() + 10
     while 1 not in threads and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -173,7 +176,7 @@ def test_a_window_planned_ahead_before_a_fork_is_planned_again_in_the_child() ->
         return inner._plan_window(w)
 
     ahead = TokenWindows(inner.num_windows, plan)
-    ahead.plan(0)
+    ahead.locate(len(ahead.plan(0)) - 1)
     assert started.wait(10)
     child = multiprocessing.get_context("fork").Process(target=_plan_next, args=(ahead,))
     child.start()
@@ -185,4 +188,5 @@ def test_a_window_planned_ahead_before_a_fork_is_planned_again_in_the_child() ->
 def _plan_next(ahead: TokenWindows) -> None:
     ahead._plan_window = lambda w: windows(100)._plan_window(w)  # the child's own: no wait
     ahead.plan(1)
-    ahead.plan(2)  # and planning ahead again works in the child
+    ahead.locate(ahead.start(2).batch - 1)  # and planning ahead again works in the child
+    ahead.plan(2)
