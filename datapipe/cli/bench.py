@@ -17,7 +17,7 @@ from datapipe.cli.common import CONTEXT, cache_options
 from datapipe.errors import ArgumentError
 from datapipe.wording import plural
 
-SUITES = ("images", "text", "convert", "gpu", "mixture", "scale", "all")
+SUITES = ("images", "text", "convert", "gpu", "mixture", "patches", "scale", "all")
 
 
 @click.command("bench", context_settings=CONTEXT)
