@@ -84,13 +84,35 @@ class PatchBatchBuilder:
     def build(self, task: BatchTask, out: np.ndarray) -> dict[str, Any]:
         started = time.perf_counter()
         idx = task.indices
-        heights, widths = self.heights[idx], self.widths[idx]
-        geometry = self.spec.patches.geometry
-        th, tw = geometry.target_sizes(heights, widths)
-        p = geometry.patch_size
-        mirrored = flips(self.seeds, task.epoch, idx) if self.spec.flip else [False] * len(idx)
         shards, rows = self.dataset.locate_many(idx)
         pixels, positions, mask = self.spec.regions(out)
+        kept, skipped, read_s = self._fill(task, shards, rows, pixels, positions)
+        keep = np.asarray(kept, dtype=np.int64)
+        grid_rows, grid_cols = self.spec.patches.geometry.grids(self.heights[idx[keep]],
+                                                       self.widths[idx[keep]])
+        grids = np.stack([grid_rows, grid_cols], axis=1).astype(np.int64)
+        counts = grids[:, 0] * grids[:, 1]
+        if mask is not None:
+            self._pad(pixels, positions, mask, counts)
+        ended = time.perf_counter()
+        return {"count": len(kept), "grids": grids, "patches": int(counts.sum()),
+                "cu_seqlens": np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
+                "max_seqlen": int(counts.max()) if len(counts) else 0,
+                **batch_ids(self.dataset, idx[keep], shards[keep]),
+                "label": self.labels[idx[keep]], "is_padding": task.is_pad[keep],
+                "skipped": skipped, "columns": self.extras.of(idx[keep]),
+                "timing": worker_timing(started, ended, {"read": read_s,
+                                                         "decode": ended - started - read_s})}
+
+    def _fill(self, task: BatchTask, shards: np.ndarray, rows: np.ndarray, pixels: np.ndarray,
+              positions: np.ndarray) -> tuple[list[int], list[tuple[int, str]], float]:
+        """Each image's patches and their positions into place: (the batch places of those
+        made, the images skipped and why, seconds reading)."""
+        idx = task.indices
+        heights, widths = self.heights[idx], self.widths[idx]
+        th, tw = self.spec.patches.geometry.target_sizes(heights, widths)
+        p = self.spec.patches.geometry.patch_size
+        mirrored = flips(self.seeds, task.epoch, idx) if self.spec.flip else [False] * len(idx)
         kept: list[int] = []
         skipped: list[tuple[int, str]] = []
         pos, read_s = 0, 0.0
@@ -105,8 +127,8 @@ class PatchBatchBuilder:
                 self.producer.produce(data, self.encoding, (int(heights[j]), int(widths[j])),
                                       (int(th[j]), int(tw[j])), mirrored[j], pixels[at:at + n])
             except Exception as exc:  # untrusted bytes: any decoder failure names the sample
-                where = f"{shard.path.name} row {int(rows[j])} (sample {index})"
-                reason = f"{where}: cannot decode: {type(exc).__name__}: {exc}"
+                reason = (f"{shard.path.name} row {int(rows[j])} (sample {index}): cannot "
+                          f"decode: {type(exc).__name__}: {exc}")
                 if self.spec.on_error == "raise":
                     raise DataError(reason + " (pass on_error='skip' to skip such samples)") \
                         from exc
@@ -115,20 +137,7 @@ class PatchBatchBuilder:
             positions[at:at + n] = self.producer.coordinates(int(th[j] // p), int(tw[j] // p))
             kept.append(j)
             pos = at + n
-        keep = np.asarray(kept, dtype=np.int64)
-        grids = np.stack([th[keep] // p, tw[keep] // p], axis=1).astype(np.int64)
-        counts = grids[:, 0] * grids[:, 1]
-        if mask is not None:
-            self._pad(pixels, positions, mask, counts)
-        ended = time.perf_counter()
-        return {"count": len(kept), "grids": grids, "patches": int(counts.sum()),
-                "cu_seqlens": np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
-                "max_seqlen": int(counts.max()) if len(counts) else 0,
-                **batch_ids(self.dataset, idx[keep], shards[keep]),
-                "label": self.labels[idx[keep]], "is_padding": task.is_pad[keep],
-                "skipped": skipped, "columns": self.extras.of(idx[keep]),
-                "timing": worker_timing(started, ended, {"read": read_s,
-                                                         "decode": ended - started - read_s})}
+        return kept, skipped, read_s
 
     def _pad(self, pixels: np.ndarray, positions: np.ndarray, mask: np.ndarray,
              counts: np.ndarray) -> None:

@@ -12,8 +12,9 @@ import torch
 
 import datapipe as dp
 from datapipe.errors import ArgumentError, DataError
+from tests.conftest import convert
 from tests.loader.helpers import check_resume_at_every_step, indices_of, run_world
-from tests.loader.patch_data import make_patch_dataset
+from tests.loader.patch_data import make_patch_dataset, make_photos
 
 COUNT = 40
 
@@ -184,7 +185,7 @@ def test_a_text_dataset_is_refused(tmp_path: Path) -> None:
 
 def test_extreme_aspect_ratios_are_placed_within_the_limits(tmp_path: Path) -> None:
     """Qwen2-VL's processor raises beyond 200:1; the loader never does mid-epoch."""
-    data = make_patch_dataset(tmp_path, [(4000, 8), (6, 3000), (1, 1)])
+    data = make_patch_dataset(tmp_path, [(4000, 8), (6, 3000), (3, 2)])
     with dp.PatchLoader(data, "qwen2_vl", max_patches=4096, max_pixels=200_000) as loader:
         batches = list(loader)
     grids = torch.cat([b["image_grid_thw"] for b in batches])
@@ -226,3 +227,27 @@ def test_packed_batch_through_a_qwen2_vl_vision_tower_equals_one_image_at_a_time
                            for j in range(len(grids))])
     assert packed.shape == (cu[-1] // 4, 48)
     torch.testing.assert_close(packed, alone, rtol=1e-10, atol=1e-10)
+
+
+def test_a_corrupt_image_names_its_shard_and_row_or_is_skipped(tmp_path: Path) -> None:
+    src = tmp_path / "src" / "class_0"
+
+    make_photos(src, [(64, 48), (80, 40), (50, 70), (90, 90)])
+    out = tmp_path / "out"
+    convert("images", tmp_path / "src", out, "--short-side", "0", "--format", "msgpack")
+    shard = next(out.glob("shard-*"))
+    data = bytearray(shard.read_bytes())
+    start = data.find(b"\xff\xd8\xff")  # the first JPEG in the shard: break its header
+    data[start:start + 40] = b"\x00" * 40
+    shard.write_bytes(bytes(data))
+    for workers in (0, 2):
+        with dp.PatchLoader(out, "navit", max_patches=1024, num_workers=workers,
+                            shuffle=False) as loader, pytest.raises(DataError) as err:
+            list(loader)
+        assert shard.name in str(err.value) and "sample 0" in str(err.value)
+    with dp.PatchLoader(out, "navit", max_patches=1024, shuffle=False,
+                        on_error="skip") as loader, pytest.warns(UserWarning, match="skipped 1"):
+        batches = list(loader)
+    assert indices_of(batches) == [1, 2, 3] and loader.skipped[0][0] == 0
+    assert sum(b["num_patches"] for b in batches) == sum(
+        int(torch.diff(b["cu_seqlens"]).sum()) for b in batches)

@@ -93,13 +93,17 @@ class PatchesGroup(Group):
             ours = result.median(f"datapipe-{model}", "rate")
             theirs = result.median(f"torch-{model}", "rate")
             efficiency = result.median(f"datapipe-{model}", "efficiency")
+            ours_cpu = result.median(f"datapipe-{model}", "cpu_rate")
+            theirs_cpu = result.median(f"torch-{model}", "cpu_rate")
             rows.append([name, _figure(ours), _figure(theirs), ratio(ours, theirs),
+                         _figure(ours_cpu), _figure(theirs_cpu), ratio(ours_cpu, theirs_cpu),
                          f"{efficiency:.3f}" if efficiency else "–",
                          _figure(result.median(f"datapipe-{model}", "patches_per_image"))])
         return ["## Every run", "",
                 markdown_table(["model", "datapipe images/s", "torch + processor images/s",
-                                "datapipe ÷ torch", "patch efficiency", "patches an image"],
-                               rows),
+                                "datapipe ÷ torch", "datapipe images/CPU-s",
+                                "torch images/CPU-s", "÷ per CPU-s", "patch efficiency",
+                                "patches an image"], rows),
                 "", "## Goals", "", *[f"- {line}" for line in goals(result)], "",
                 "- Efficiency: real patches / patches budgeted, over every batch but each "
                 "epoch's last (packed: / 16,384; padded: / rows x 256).",
