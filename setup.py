@@ -1,4 +1,5 @@
-"""Build the optional JPEG extension (region decode + crop-resize); the rest is in pyproject.toml.
+"""Build the optional C extensions (JPEG region decode + crop-resize, patchify); the rest is in
+pyproject.toml.
 
 `optional=True`: without libjpeg headers the build is skipped and datapipe decodes with PIL
 alone (slower for random crops, same results within rounding).
@@ -10,4 +11,7 @@ setup(ext_modules=[Extension("datapipe.image._jpeg",
                              sources=["datapipe/image/_jpeg.c", "datapipe/image/resample.c"],
                              depends=["datapipe/image/resample.h"],
                              libraries=["jpeg"], optional=True,
-                             extra_compile_args=["-O2"])])
+                             extra_compile_args=["-O2"]),
+                   # Patchify through the normalisation table (plain C, no library).
+                   Extension("datapipe.image._patches", sources=["datapipe/image/patches.c"],
+                             optional=True, extra_compile_args=["-O2"])])

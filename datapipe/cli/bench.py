@@ -17,7 +17,7 @@ from datapipe.cli.common import CONTEXT, cache_options
 from datapipe.errors import ArgumentError
 from datapipe.wording import plural
 
-SUITES = ("images", "text", "convert", "gpu", "mixture", "scale", "all")
+SUITES = ("images", "text", "convert", "gpu", "mixture", "patches", "scale", "all")
 
 
 @click.command("bench", context_settings=CONTEXT)
@@ -110,7 +110,7 @@ def _echo_ceiling(location: str, workers: int, crop: int, result: Any, batch_siz
 @click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1),
               help="Runs per tool; median and spread are reported.")
 @click.option("--photos", default=2000, show_default=True, type=click.IntRange(min=1),
-              help="Photos generated for the image, conversion and mixture suites.")
+              help="Photos generated for the image, conversion, mixture and patches suites.")
 @click.option("--text-mb", default=20, show_default=True, type=click.IntRange(min=1),
               help="MB of generated text for the text, conversion and mixture suites.")
 @click.option("--skip", default="", metavar="NAMES",

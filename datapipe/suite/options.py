@@ -8,10 +8,10 @@ from typing import Any
 
 from datapipe.errors import ArgumentError
 
-SUITES = ("images", "text", "convert", "gpu", "mixture", "scale")
+SUITES = ("images", "text", "convert", "gpu", "mixture", "patches", "scale")
 # What `--suite all` runs: every suite but scale, whose corpora of up to 10^8 documents take GBs
 # of disk and whose runs at that size take minutes each; it runs when named.
-ALL_SUITES = SUITES[:-1]
+ALL_SUITES = tuple(s for s in SUITES if s != "scale")
 SCALE_MAX = 10**8  # the scale suite's largest corpus by default
 
 

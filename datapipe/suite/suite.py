@@ -1,8 +1,9 @@
-"""`datapipe bench --suite images|text|convert|gpu|mixture|scale|all`: every peer side by side,
-one command.
+"""`datapipe bench --suite images|text|convert|gpu|mixture|patches|scale|all`: every peer side
+by side, one command.
 
 Each suite runs its groups (gpu: the GPU loading, the training-thread hand-off and the HF
-training groups; mixture: three datasets by weight against one; scale: start-up and memory
+training groups; mixture: three datasets by weight against one; patches: native-resolution patch
+batches against transformers' processors in a DataLoader; scale: start-up and memory
 against corpus size, run only when named) on the same generated data,
 the same job and worker count, in repeated rounds of fresh processes; their progress lines
 show each run's figure as it ends. Written to OUT:
@@ -44,7 +45,7 @@ from datapipe.system import available_cores
 # The groups of each suite, and the stem of each group's own report.
 SUITE_GROUPS = {"images": ("images", "recipe", "pairs"), "text": ("text",), "convert": ("convert",),
                 "gpu": ("gpu", "handoff", "hf_train"), "mixture": ("mixture",),
-                "scale": ("scale",)}
+                "patches": ("patches",), "scale": ("scale",)}
 
 
 def run(opts: Options) -> int:
@@ -121,7 +122,7 @@ def settings_line(opts: Options) -> str:
     return (f"Each figure: median of {opts.repeats} run(s), each a fresh process; spread = "
             f"slowest–fastest run. {size}, {opts.workers} workers. Per-group details: "
             "loader.md, recipe.md, text.md, convert.md, gpu.md, handoff.md, hf_train.md, "
-            "mixture.md, scale.md beside this report.")
+            "mixture.md, patches.md, scale.md beside this report.")
 
 
 def publish(info: dict[str, Any], suites: dict[str, list[Panel]], groups: dict[str, Any],

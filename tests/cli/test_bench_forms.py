@@ -53,7 +53,8 @@ def test_bench_help_shows_both_forms_and_each_form_its_own(cli) -> None:
     both = cli("bench", "--help")
     assert both.code == 0
     assert "Usage: datapipe bench [OPTIONS] DATASET\n" in both.out
-    assert "datapipe bench --suite [images|text|convert|gpu|mixture|scale|all]\n" \
+    assert "datapipe bench --suite\n" \
+        "                      [images|text|convert|gpu|mixture|patches|scale|all]\n" \
         "                      [OPTIONS]\n" in both.out
     with_dataset, with_suite = both.out.split("Options with --suite:")
     assert "Options with a DATASET:" in with_dataset
@@ -65,7 +66,7 @@ def test_bench_help_shows_both_forms_and_each_form_its_own(cli) -> None:
     assert dataset.code == 0 and dataset.out.startswith("Usage: datapipe bench [OPTIONS] DATASET")
     assert "--ceiling" in dataset.out and "--suite" not in dataset.out
     suite = cli("bench", "--suite", "all", "--help")
-    assert suite.code == 0 and suite.out.startswith("Usage: datapipe bench --suite [")
+    assert suite.code == 0 and suite.out.startswith("Usage: datapipe bench --suite\n  ")
     assert "--readme" in suite.out and "--ceiling" not in suite.out
 
 
@@ -84,7 +85,8 @@ def test_the_suite_form_reaches_the_suite_with_its_options(
     result = cli("bench", "--suite", "all", "--repeats", "2", "--workers", "4", "--text-mb", "5",
                  "--out", tmp_path, "--skip", "dali,images:torch")
     assert result.code == 3  # the suite's own exit status
-    assert calls == [Options(("images", "text", "convert", "gpu", "mixture"), 2, 2000, 5, 4,
+    assert calls == [Options(("images", "text", "convert", "gpu", "mixture", "patches"), 2,
+                             2000, 5, 4,
                              tmp_path, Path("bench-data"),
                              skip=frozenset({"dali", "images:torch"}))]
     assert cli("bench", "--suite", "text", "--smoke").code == 3

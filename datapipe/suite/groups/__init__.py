@@ -10,5 +10,6 @@ if TYPE_CHECKING:
 
 
 def load_group(name: str) -> Group:
-    """The group `name` ("images", "recipe", "text", "convert", "gpu", "handoff", "hf_train")."""
+    """The group `name` ("images", "recipe", "text", "convert", "gpu", "handoff", "hf_train",
+    "mixture", "patches", "scale")."""
     return importlib.import_module(f"datapipe.suite.groups.{name}").GROUP

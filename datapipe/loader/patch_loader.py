@@ -1,0 +1,286 @@
+"""`PatchLoader`: images at their own size and shape, as the patch sequences a native-resolution
+vision model reads (Qwen2-VL, SigLIP2 NaFlex, NaViT), batched by a patch budget."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+import warnings
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from datapipe.errors import ArgumentError, DataError
+from datapipe.format.concat import open_dataset
+from datapipe.format.integrity import check_verify_mode
+from datapipe.format.sources import resolve_location
+from datapipe.image.patch_geometry import GridGeometry
+from datapipe.loader.arguments import check_counter, check_flag, check_optional
+from datapipe.loader.base import LoaderBase, refuse_empty
+from datapipe.loader.batch_loop import BatchProducer
+from datapipe.loader.device import DeviceFeed, resolve_device
+from datapipe.loader.distributed import resolve_rank
+from datapipe.loader.extra_columns import add_to_batch
+from datapipe.loader.extra_columns import choose as extra_column_names
+from datapipe.loader.mixing import describe
+from datapipe.loader.patch_batches import PatchBatchBuilder, PatchBatchSpec
+from datapipe.loader.patch_collate import batch_keys, collate_patches
+from datapipe.loader.patch_epochs import PatchCounts, check_fits, patch_planner, window_images
+from datapipe.loader.patch_presets import PatchSettings, resolve_preset
+from datapipe.loader.progress_state import manifest_fingerprint
+from datapipe.loader.token_plans import WindowedRankPlan, parse_cursor
+from datapipe.sampling.token_windows import TokenStream, WindowStart
+
+OVERSIZE = ("refuse", "downscale")
+STANDARD_COLUMNS = {"image", "label", "height", "width"}
+
+
+class PatchLoader(LoaderBase):
+    """Batches of images as patch sequences, sized by a patch budget.
+
+    `preset="qwen2_vl"`: packed `pixel_values` (sum N, 1176) float32 exactly as transformers'
+    `Qwen2VLImageProcessor` lays them out, `image_grid_thw` (n, 3); `preset="siglip2"`: padded
+    `pixel_values` (B, max_num_patches, 768), `pixel_attention_mask`, `spatial_shapes`, as
+    `Siglip2ImageProcessor` (NaFlex) gives them; `preset="navit"`: packed patches of
+    `patch_size`, row by row, `spatial_shapes`. Packed batches also carry `cu_seqlens` (int32)
+    and `max_seqlen` for varlen attention; every batch `patch_positions` (each patch's row and
+    column in its image's grid), `index`, `label`, `is_padding` (per image), `num_patches` and
+    `efficiency` (real patches / max_patches packed, / rows x max_num_patches padded), and the
+    dataset's extra columns.
+
+    Each image's target size is planned from its stored size (no decode): the processor's own
+    resize rule. `max_patches` bounds a batch's patch rows (the vision tower's sequence);
+    whole images are packed best-fit-decreasing under it (an image is never split). An image
+    with more patches than the budget is refused at construction, or with
+    `oversize="downscale"` resized to fit. `flip=True` mirrors half the images (a pure
+    function of seed, epoch and index). Shuffle, rank sharding with equal steps, exact and
+    elastic resume and the `device=` hand-off are TokenLoader's (docs/patches.md).
+    """
+
+    def __init__(self, path: str | Path, preset: str, max_patches: int | None = None, *,
+                 batch_size: int | None = None, patch_size: int | None = None,
+                 min_pixels: int | None = None, max_pixels: int | None = None,
+                 max_num_patches: int | None = None,
+                 image_mean: tuple[float, float, float] | None = None,
+                 image_std: tuple[float, float, float] | None = None,
+                 layout: str | None = None, merge_size: int | None = None,
+                 temporal_patch_size: int | None = None, oversize: str = "refuse",
+                 flip: bool = False, shuffle: bool = True, seed: int = 0,
+                 num_workers: int = 0, rank: int | None = None, world_size: int | None = None,
+                 device: str | torch.device = "cpu", prefetch: int = 2, persistent: bool = True,
+                 pack_window: int = 4096, plan_window: int | None = None,
+                 on_error: str = "raise", verify: str = "cheap",
+                 cache_dir: str | Path | None = None, cache_size: int | str | None = None,
+                 fields: Iterable[str] | None = None,
+                 extra_columns: tuple[str, ...] | None = None) -> None:
+        super().__init__(path, fields)
+        given = {k: v for k, v in {
+            "layout": layout, "patch_size": patch_size, "merge_size": merge_size,
+            "temporal_patch_size": temporal_patch_size, "min_pixels": min_pixels,
+            "max_pixels": max_pixels, "max_num_patches": max_num_patches,
+            "image_mean": image_mean, "image_std": image_std}.items() if v is not None}
+        settings = resolve_preset(preset, given)
+        if oversize not in OVERSIZE:
+            raise ArgumentError(f"oversize must be one of {OVERSIZE}, got {oversize!r}")
+        self.path = resolve_location(path, cache_dir, cache_size)
+        verify = check_verify_mode(verify)
+        self.seed = check_counter("seed", seed)
+        self.shuffle, self.flip = check_flag("shuffle", shuffle), check_flag("flip", flip)
+        num_workers = check_counter("num_workers", num_workers)
+        prefetch = check_counter("prefetch", prefetch, minimum=1)
+        self.pack_window = check_counter("pack_window", pack_window, minimum=1)
+        plan_window = check_optional("plan_window", plan_window, minimum=1)
+        self.layout = settings.layout
+        self.max_patches = self._budget(settings, check_optional("max_patches", max_patches, 1),
+                                        check_optional("batch_size", batch_size, 1))
+        self.rank, self.world_size = resolve_rank(rank, world_size)
+        self._group_implicit = rank is None and world_size is None
+        self.device = resolve_device(device)
+        extras = self._read_dataset(verify, extra_columns)
+        self.settings = self._fitted(settings, oversize)
+        self.preset, self.grid_field = settings.preset, settings.grid_field
+        self._check_fields(batch_keys(self.layout, self.grid_field) + extras)
+        self.plan_window = window_images(plan_window, self.max_patches, self.counts)
+        self._planner = patch_planner(self.layout, self.counts, self.max_patches,
+                                      self._row_patches(), self.plan_window, self.pack_window,
+                                      self.shuffle, self.seed)
+        self._starts: dict[int, TokenStream] = {}
+        self._patches_seen = self._patches_budgeted = 0
+        self.skipped: list[tuple[int, str]] = []
+        self.spec = PatchBatchSpec(self.path, self.settings.patches, self.layout,
+                                   self._capacity(), self._row_patches(), self.seed, self.flip,
+                                   on_error, extras, verify)
+        self._feed = DeviceFeed(self.device, pin=("pixel_values",), record_stages=True)
+        self._producer = BatchProducer(functools.partial(PatchBatchBuilder, self.spec),
+                                       num_workers, prefetch, self.spec.slot_nbytes(),
+                                       persistent)
+        self._producer.check_memory(self._passes.owner, f"a batch of up to "
+                                    f"{self._capacity():,} patches of "
+                                    f"{self.settings.patches.patch_dim} floats",
+                                    "max_patches (or batch_size), num_workers or prefetch")
+
+    def _budget(self, settings: PatchSettings, max_patches: int | None,
+                batch_size: int | None) -> int:
+        """Patch rows a batch may hold: max_patches, or (padded) batch_size rows."""
+        if self.layout == "packed":
+            if max_patches is None:
+                raise ArgumentError(f"preset={settings.preset!r} packs images: give "
+                                    "max_patches (the patch budget of a batch)")
+            if batch_size is not None:
+                raise ArgumentError(f"batch_size does not apply to preset="
+                                    f"{settings.preset!r} (max_patches sizes its batches)")
+            return max_patches
+        row = settings.patches.geometry.max_patches_per_image
+        if max_patches is None and batch_size is None:
+            raise ArgumentError(f"preset={settings.preset!r}: give batch_size (images a batch) "
+                                "or max_patches (a budget of patch rows)")
+        rows = batch_size if batch_size is not None else max_patches // row
+        if max_patches is not None and batch_size is not None and rows * row > max_patches:
+            raise ArgumentError(f"batch_size={batch_size} images of {row} patches is more than "
+                                f"max_patches={max_patches}")
+        if rows < 1:
+            raise ArgumentError(f"max_patches={max_patches} holds no image of {row} patches "
+                                f"(max_num_patches); raise it to at least {row}")
+        return rows * row
+
+    def _row_patches(self) -> int:
+        return self.settings.patches.geometry.max_patches_per_image if \
+            self.layout == "padded" else 0
+
+    def _capacity(self) -> int:
+        return self.max_patches
+
+    def _read_dataset(self, verify: str, extra_columns: tuple[str, ...] | None
+                      ) -> tuple[str, ...]:
+        with open_dataset(self.path, verify=verify) as ds:
+            if ds.manifest.kind != "images":
+                raise DataError(f"{ds.directory}: a {ds.manifest.kind} dataset; PatchLoader "
+                                "reads images")
+            refuse_empty(ds)
+            if verify == "open":
+                ds.check_hashes()  # here, before workers fork: each shard hashed once
+            self.heights, self.widths = ds.scalar_map("height"), ds.scalar_map("width")
+            self.num_images = len(ds)
+            self._manifest = manifest_fingerprint(ds.manifest)
+            return extra_column_names(ds.manifest, extra_columns, STANDARD_COLUMNS)
+
+    def _fitted(self, settings: PatchSettings, oversize: str) -> PatchSettings:
+        """The settings once every image fits the budget: checked (refuse), or with
+        max_pixels lowered to what the budget holds (downscale)."""
+        geometry = settings.patches.geometry
+        if oversize == "downscale" and isinstance(geometry, GridGeometry) and \
+                geometry.max_patches_per_image > self.max_patches:
+            most = self.max_patches * geometry.patch_size ** 2
+            geometry = dataclasses.replace(geometry, max_pixels=most,
+                                           min_pixels=min(geometry.min_pixels, most))
+            settings = dataclasses.replace(settings, patches=dataclasses.replace(
+                settings.patches, geometry=geometry))
+        self.counts = PatchCounts(self.heights, self.widths, geometry)
+        check_fits(self.counts, self.max_patches, describe(self.path))
+        return settings
+
+    # --- plans ---------------------------------------------------------------------------
+
+    def _epoch_start(self, epoch: int) -> TokenStream:
+        start = self._starts.get(epoch)
+        if start is None:
+            while len(self._starts) >= 2:
+                del self._starts[next(iter(self._starts))]
+            start = self._starts[epoch] = self._planner.epoch(epoch)
+        return start
+
+    def _rank_plan(self, rest: TokenStream, epoch: int) -> WindowedRankPlan:
+        # No lengths: an image is never cut, so no piece carries a target on.
+        return WindowedRankPlan(rest.rank_plan(self.rank, self.world_size))
+
+    # --- iteration -----------------------------------------------------------------------
+
+    def _pass_batches(self) -> Iterator[dict[str, Any]]:
+        epoch, start = self._begin_epoch()
+        plan = self._plan(epoch)
+        if start == 0:
+            self.skipped = []
+        host = self._host_batches(plan, epoch, start)
+        for b, batch in self._feed.batches(host):
+            self._report(b, **self._feed.take_stages(b))
+            self._handed_out(b, plan)
+            yield batch
+        self._finish_empty(start, plan)
+        if self.skipped:
+            warnings.warn(f"{describe(self.path)}: skipped {len(self.skipped)} images that "
+                          f"failed to decode this epoch (first: {self.skipped[0][1]}); see "
+                          "loader.skipped", stacklevel=2)
+
+    def _host_batches(self, plan: WindowedRankPlan, epoch: int,
+                      start: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        upcoming = functools.partial(self._upcoming, epoch + 1)
+        for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start, upcoming),
+                                         start):
+            t0 = time.perf_counter()
+            batch = collate_patches(self.spec, meta, slot.numpy(), self.grid_field,
+                                    self.max_patches)
+            add_to_batch(batch, meta["columns"])
+            self.skipped.extend(meta["skipped"])
+            if not plan.padding(b):
+                self._patches_seen += batch["num_patches"]
+                self._patches_budgeted += round(batch["num_patches"] / batch["efficiency"]) \
+                    if batch["efficiency"] else 0
+            self._record(b, meta, {"collate": time.perf_counter() - t0})
+            yield b, batch
+
+    @property
+    def efficiency(self) -> float:
+        """Running patch efficiency over the batches so far: real patches / patches budgeted
+        (packed: max_patches a batch; padded: its rows x max_num_patches)."""
+        return self._patches_seen / self._patches_budgeted if self._patches_budgeted else 1.0
+
+    # --- state ---------------------------------------------------------------------------
+
+    def progress(self) -> dict[str, dict[str, int]]:
+        """Images given so far, all ranks together (the epochs before this one whole), and
+        the patches of this epoch so far (also in the state dict, as `progress`)."""
+        position = self._position
+        start = self._epoch_start(position.epoch)
+        images, patches = start.drawn_by(position.segments, position.batches_done,
+                                         self.world_size, position.epoch)
+        per_epoch = self.num_images
+        return {describe(self.path): {"images": images + position.epoch * per_epoch,
+                                      "patches_this_epoch": patches}}
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        plan = self._plan(self._position.epoch)
+        state["cursor"] = plan.rank_windows.cursor(self._position.batches_done).to_json()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        cursor = parse_cursor(state.get("cursor") if isinstance(state, dict) else None)
+        epoch = None
+        if cursor is not None:
+            epoch = check_counter("load_state_dict: the state's epoch", state.get("epoch"))
+            self._learn_cursor(epoch, cursor)
+        try:
+            super().load_state_dict(state)
+        except ArgumentError:
+            if epoch is not None:  # a refused state's cursor must not place later batches
+                self._starts.pop(epoch, None)
+                self._plans.clear()
+            raise
+
+    def _learn_cursor(self, epoch: int, cursor: WindowStart) -> None:
+        """Where the state's window begins, so that restoring plans that window alone."""
+        most = self.num_images * self.settings.patches.geometry.max_patches_per_image
+        self._epoch_start(epoch).windows.learn_checked(cursor, self.plan_window, most,
+                                                       f"epoch {epoch}")
+
+    def _identity(self) -> dict[str, Any]:
+        geometry = dataclasses.asdict(self.settings.patches.geometry)
+        return {"num_images": self.num_images, "preset": self.preset, "layout": self.layout,
+                "max_patches": self.max_patches, "geometry": geometry,
+                "shuffle": self.shuffle, "seed": self.seed, "rank": self.rank,
+                "world_size": self.world_size, "pack_window": self.pack_window,
+                "plan_window": self.plan_window, "manifest": self._manifest}
+
