@@ -13,10 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from datapipe.errors import ArgumentError, DataError
+from datapipe.errors import ArgumentError
 from datapipe.format.captions import CAPTION_IDS, CAPTION_LENGTHS, CaptionInfo
 from datapipe.format.concat import SOURCE_FIELD, ConcatDataset, open_dataset
-from datapipe.format.dataset import Dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.image.batch_ops import BatchTransforms
@@ -26,7 +25,7 @@ from datapipe.image.cpu_decode import warn_if_slow_path
 from datapipe.image.placement import check_picklable, place_steps
 from datapipe.image.transforms import Pipeline, Transform
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
-from datapipe.loader.base import LoaderBase, refuse_empty
+from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.bucket_batches import BUCKET_FIELDS, Bucketing, check_buckets, largest
 from datapipe.loader.caption_batches import caption_tensors
@@ -37,7 +36,12 @@ from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.extra_columns import add_to_batch
 from datapipe.loader.extra_columns import choose as extra_column_names
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
-from datapipe.loader.image_views import output_size, view_of, view_pipelines
+from datapipe.loader.image_views import (
+    check_image_dataset,
+    output_size,
+    view_of,
+    view_pipelines,
+)
 from datapipe.loader.mixing import check_mixture_arguments, describe, samples_drawn
 from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.sampling.elastic import follow
@@ -105,6 +109,10 @@ class Loader(LoaderBase):
     ``captions="openclip" | "clip" | "siglip"`` or ``dp.Captions(context_length=...,
     padding="max_length" | "longest", pad_id=...)`` shapes them; ``captions=False`` leaves them
     out. See docs/captions.md.
+
+    ``buckets=dp.image.Buckets.of(sizes) | Buckets.kohya(...)`` batches images at their own
+    aspect ratio (SDXL, kohya): each batch one bucket's, with ``original_size``,
+    ``crop_top_left`` and ``target_size`` (B, 2) int64. See docs/buckets.md.
     """
 
     def __init__(self, path: str | Path | Sequence[str | Path] | Mapping[str, str | Path],
@@ -201,7 +209,7 @@ class Loader(LoaderBase):
             if self.mixing:
                 self.mixing.check(parts, "images", relabelled=classes is not None)
             for part in parts:
-                self._check_dataset(part)
+                check_image_dataset(part)
                 if verify == "open":
                     part.check_hashes()  # here, before workers fork: each shard hashed once
             sizes = [largest(self.buckets) if self.buckets else output_size(ds, p)
@@ -223,13 +231,6 @@ class Loader(LoaderBase):
             self.captions = dataset_captions([CaptionInfo.of(p.manifest) for p in parts],
                                              [describe(p.directory) for p in parts], captions)
         return sizes, extras, labels
-
-    @staticmethod
-    def _check_dataset(ds: Dataset) -> None:
-        if ds.manifest.kind != "images":
-            raise DataError(f"{ds.directory}: a {ds.manifest.kind} dataset; Loader reads images "
-                            "(use TokenLoader for text)")
-        refuse_empty(ds)
 
     def _largest_batch(self) -> int:
         """The most samples a batch of this rank can hold: batch_size, or the rank's share of
