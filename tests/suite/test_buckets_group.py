@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
@@ -21,6 +22,8 @@ from datapipe.suite.groups.buckets_peers import (
     cover_crop_flip,
     kohya_buckets,
 )
+from datapipe.suite.groups.image_peers import Job
+from datapipe.suite.isolated import clock
 from tests.suite.outputs import check_outputs
 
 OTHERS = frozenset(f"{group.name}:{p.name}" for group in (images.GROUP, recipe.GROUP, pairs.GROUP)
@@ -110,3 +113,17 @@ def test_a_batch_without_the_size_fields_fails_its_run() -> None:
         checked({**batch, "image": torch.zeros(2, 3, 1000, 1024, dtype=torch.uint8)}, sizes)
     with np.testing.assert_raises_regex(RuntimeError, r"crop_top_left is \(2,\)"):
         checked({**batch, "crop_top_left": torch.zeros(2, dtype=torch.int64)}, sizes)
+
+
+def test_the_clock_counts_the_pixels_of_batches_of_many_sizes() -> None:
+    sizes = [(1024, 1024), (832, 1216), (1216, 832), (1024, 1024)]
+    batches = iter([(epoch, torch.zeros(8, 3, h, w, dtype=torch.uint8))
+                    for epoch in (0, 1) for h, w in sizes])
+    result = clock.measure(batches, Job("x", 2, epochs=1, warmup=1, batch=8), None)
+    assert result["images"] == 32
+    assert result["pixels"] == 8 * sum(h * w for h, w in sizes)
+    assert result["pixel_rate"] == pytest.approx(result["pixels"] / result["seconds"])
+    assert result["pixel_rate"] / result["rate"] == pytest.approx(result["pixels"] / 32)
+    with pytest.raises(RuntimeError, match=r"first batch is \(7, 3, 64, 64\)"):
+        clock.measure(iter([(0, torch.zeros(7, 3, 64, 64, dtype=torch.uint8))]),
+                      Job("x", 2, epochs=1, warmup=0, batch=8), None)
