@@ -66,12 +66,12 @@ class BucketsGroup(Group):
     name, title, report = "buckets", "Aspect-ratio buckets (SDXL training)", "buckets"
     job_type = Job
     peers = (
-        _peer(PEER, "torch DataLoader: bucketed batch sampler + PIL cover crop + flip", JPEGS,
+        _peer(PEER, "torch DataLoader + bucket sampler + PIL", JPEGS,
               torch_bucket_batches, "PIL"),
-        _peer(OURS, "datapipe Loader, buckets=Buckets.kohya(1024²) + flip", SHARDS,
+        _peer(OURS, "datapipe Loader, buckets=Buckets.kohya()", SHARDS,
               datapipe_bucket_batches, "datapipe.loader", ours=True),
-        _peer(BASE, f"datapipe Loader, fixed {FIXED}² (CenterCrop({FIXED}, fraction=1.0)) + "
-              "flip", SHARDS, datapipe_fixed_batches, "datapipe.loader", ours=True),
+        _peer(BASE, f"datapipe Loader, fixed {FIXED}² crop", SHARDS, datapipe_fixed_batches,
+              "datapipe.loader", ours=True),
     )
     forms = {JPEGS: make_aspect_jpegs, SHARDS: make_aspect_datapipe}  # noqa: RUF012
 
@@ -111,7 +111,8 @@ class BucketsGroup(Group):
         job = (f"{meta['photos']['count']} JPEG photos at their own size and aspect → "
                f"kohya buckets (area {AREA}, step {STEP}, sides {MIN_SIDE}-{MAX_SIDE}): cover "
                f"resize + random crop + flip → uint8 batches of {meta['batch']} of one bucket "
-               f"with original_size, crop_top_left, target_size, {meta['workers']} workers.")
+               f"with original_size, crop_top_left, target_size, {meta['workers']} workers; "
+               f"the fixed-size job: CenterCrop({FIXED}, fraction=1.0) + flip, the same shards.")
         return [Panel("buckets", self.title, "Mpx/s", entries, OURS, PEER, job=job)]
 
     def details(self, result: GroupResult) -> list[str]:
