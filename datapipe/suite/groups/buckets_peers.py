@@ -5,7 +5,7 @@ convert images --short-side 0` stores them), kohya's buckets of about 1024² pix
 at random, uint8 batches of BATCH images of one bucket with SDXL's size conditioning
 (`original_size`, `crop_top_left`, `target_size`), on `workers` processes.
 
-The torch peer is what kohya sd-scripts and diffusers' bucketed scripts do with a DataLoader:
+The torch peer does what kohya sd-scripts does around a torch DataLoader, in plain PIL:
 image sizes read from the files' headers once, each image put in a bucket, a batch sampler
 that shuffles each bucket and cuts it into batches (the last one filled with the bucket's
 beginning, as datapipe fills it), the batches in a shuffled order; PIL decode and one
