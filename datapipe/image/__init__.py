@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from datapipe.image.buckets import Buckets
 from datapipe.image.transforms import (
     CenterCrop,
     ColorJitter,
@@ -29,6 +30,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'datapipe.image' has no attribute {name!r}")
 
 
-__all__ = ["AutoAugment", "BatchStep", "CenterCrop", "ColorJitter", "HorizontalFlip", "Mixup",
-           "Normalize", "PerBatch", "PerSample", "RandAugment", "RandomErasing",
+__all__ = ["AutoAugment", "BatchStep", "Buckets", "CenterCrop", "ColorJitter", "HorizontalFlip",
+           "Mixup", "Normalize", "PerBatch", "PerSample", "RandAugment", "RandomErasing",
            "RandomResizedCrop", "SampleStep", "TrivialAugmentWide"]

@@ -163,7 +163,7 @@ class ImageBatchBuilder:
                                 **batch_ids(self.dataset, idx[keep], shards[keep]),
                                 "label": self.labels[idx[keep]],
                                 "is_padding": task.is_pad[keep], "skipped": skipped}
-        meta["columns"] = self.extras.of(idx[keep])
+        meta["columns"] = {**self.extras.of(idx[keep]), **self._sample_fields(keep)}
         stages = self._stages(read_s, decode_s)
         if self.captions is not None:
             t0 = time.perf_counter()
@@ -173,6 +173,10 @@ class ImageBatchBuilder:
             stages["captions"] = time.perf_counter() - t0
         meta["timing"] = worker_timing(started, time.perf_counter(), stages)
         return meta
+
+    def _sample_fields(self, keep: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-sample fields a builder adds to the batch (of the kept places `keep`)."""
+        return {}
 
     def _where(self, shard: ShardReader, row: int, index: int) -> str:
         """A sample, as an error names it: a mixture's by its shard's whole path (its sources'

@@ -13,19 +13,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from datapipe.errors import ArgumentError, DataError
+from datapipe.errors import ArgumentError
 from datapipe.format.captions import CAPTION_IDS, CAPTION_LENGTHS, CaptionInfo
 from datapipe.format.concat import SOURCE_FIELD, ConcatDataset, open_dataset
-from datapipe.format.dataset import Dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.image.batch_ops import BatchTransforms
+from datapipe.image.bucket_index import bucket_index
+from datapipe.image.buckets import Buckets
 from datapipe.image.cpu_decode import warn_if_slow_path
 from datapipe.image.placement import check_picklable, place_steps
 from datapipe.image.transforms import Pipeline, Transform
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
-from datapipe.loader.base import LoaderBase, refuse_empty
+from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
+from datapipe.loader.bucket_batches import BUCKET_FIELDS, Bucketing, check_buckets, largest
 from datapipe.loader.caption_batches import caption_tensors
 from datapipe.loader.caption_fields import CAPTION_FIELDS, Captions, as_captions, dataset_captions
 from datapipe.loader.class_labels import ClassesArg, ClassLabels, check_classes, resolve_classes
@@ -34,7 +36,12 @@ from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.extra_columns import add_to_batch
 from datapipe.loader.extra_columns import choose as extra_column_names
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec
-from datapipe.loader.image_views import view_of, view_pipelines
+from datapipe.loader.image_views import (
+    check_image_dataset,
+    output_size,
+    view_of,
+    view_pipelines,
+)
 from datapipe.loader.mixing import check_mixture_arguments, describe, samples_drawn
 from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.sampling.elastic import follow
@@ -102,6 +109,10 @@ class Loader(LoaderBase):
     ``captions="openclip" | "clip" | "siglip"`` or ``dp.Captions(context_length=...,
     padding="max_length" | "longest", pad_id=...)`` shapes them; ``captions=False`` leaves them
     out. See docs/captions.md.
+
+    ``buckets=dp.image.Buckets.of(sizes) | Buckets.kohya(...)`` batches images at their own
+    aspect ratio (SDXL, kohya): each batch one bucket's, with ``original_size``,
+    ``crop_top_left`` and ``target_size`` (B, 2) int64. See docs/buckets.md.
     """
 
     def __init__(self, path: str | Path | Sequence[str | Path] | Mapping[str, str | Path],
@@ -115,8 +126,8 @@ class Loader(LoaderBase):
                  fields: Iterable[str] | None = None,
                  views: tuple[Transform, ...] | None = None, weights: ScheduleArg | None = None,
                  epoch_size: int | None = None, reweight: bool = False,
-                 classes: ClassesArg = None, captions: str | Captions | bool | None = None
-                 ) -> None:
+                 classes: ClassesArg = None, captions: str | Captions | bool | None = None,
+                 buckets: Buckets | None = None) -> None:
         batch_size = check_counter("batch_size", batch_size, minimum=1)
         prefetch = check_counter("prefetch", prefetch, minimum=1)
         seed = check_counter("seed", seed)
@@ -152,12 +163,14 @@ class Loader(LoaderBase):
         if decode == "dali" and views is not None:
             raise ArgumentError("views= needs decode='cpu': the DALI graph makes one view")
         self.pipeline = pipelines[0]
+        self.buckets = check_buckets(buckets, pipelines, views, decode, self.mixing)
         sizes, extras, labels = self._read_datasets(pipelines, verify, extra_columns,
                                                     epoch_size, wanted_classes, asked_captions)
         self.classes = labels.classes
         self._check_fields(("image", "label", "index", "is_padding",
                             *((SOURCE_FIELD,) if self.mixture else ()),
-                            *(CAPTION_FIELDS if self.captions else ()), *extras))
+                            *(CAPTION_FIELDS if self.captions else ()),
+                            *(BUCKET_FIELDS if self.buckets else ()), *extras))
         placed = [place_steps(p, size, self.device.type, decode)
                   for p, size in zip(pipelines, sizes, strict=True)]
         if self.num_workers:
@@ -168,13 +181,15 @@ class Loader(LoaderBase):
         self.view_transforms = [BatchTransforms(steps, seed, v)
                                 for v, (_, steps) in enumerate(placed)]
         self.batch_transforms = self.view_transforms[0]
+        self.bucketing = Bucketing(self.buckets, self._bucket_index, self.spec, self) \
+            if self.buckets else None
         self._views = views is not None
         # Copies images from the batch buffers in place (page-locked) on CUDA.
         self._feed = DeviceFeed(self.device, pin=("image", "input_ids", "attention_mask"),
                                 record_stages=True)
         self._producer = self._make_producer(persistent, prefetch)
         self.skipped: list[tuple[int, str]] = []
-        if drop_last and self._largest_batch() < batch_size:
+        if drop_last and not self.buckets and self._largest_batch() < batch_size:
             # torch's DataLoader gives an empty epoch here without a word; a training loop
             # then silently trains on nothing.
             warnings.warn(f"{describe(self.path)}: drop_last=True drops every batch: this "
@@ -194,10 +209,12 @@ class Loader(LoaderBase):
             if self.mixing:
                 self.mixing.check(parts, "images", relabelled=classes is not None)
             for part in parts:
-                self._check_dataset(part)
+                check_image_dataset(part)
                 if verify == "open":
                     part.check_hashes()  # here, before workers fork: each shard hashed once
-            sizes = [self._output_size(ds, p) for p in pipelines]
+            sizes = [largest(self.buckets) if self.buckets else output_size(ds, p)
+                     for p in pipelines]
+            self._bucket_index = bucket_index(ds, self.buckets) if self.buckets else None
             self.mixture: Mixture | None = None
             if self.mixing:
                 counts = tuple(len(p) for p in parts)
@@ -215,25 +232,6 @@ class Loader(LoaderBase):
                                              [describe(p.directory) for p in parts], captions)
         return sizes, extras, labels
 
-    @staticmethod
-    def _check_dataset(ds: Dataset) -> None:
-        if ds.manifest.kind != "images":
-            raise DataError(f"{ds.directory}: a {ds.manifest.kind} dataset; Loader reads images "
-                            "(use TokenLoader for text)")
-        refuse_empty(ds)
-
-    @staticmethod
-    def _output_size(ds: Dataset | ConcatDataset, pipeline: Any) -> tuple[int, int]:
-        if pipeline.output_size:
-            return pipeline.output_size
-        parts = ds.sources if isinstance(ds, ConcatDataset) else [ds]
-        sizes = {(part.scalar_range("height"), part.scalar_range("width")) for part in parts}
-        (height, width), *others = sizes
-        if others or height[0] != height[1] or width[0] != width[1]:
-            raise ArgumentError(f"{ds.directory}: stored images differ in size; give a "
-                                "transform that crops to one size (RandomResizedCrop, CenterCrop)")
-        return (int(height[0]), int(width[0])) if height[0] is not None else (1, 1)
-
     def _largest_batch(self) -> int:
         """The most samples a batch of this rank can hold: batch_size, or the rank's share of
         an epoch, ceil(N / world_size), when that is less (what a resume leaves is no more)."""
@@ -249,8 +247,9 @@ class Loader(LoaderBase):
             return DaliProducer(self.spec, largest, self.num_workers, self.device,
                                 self._feed.stream)
         make_builder = functools.partial(ImageBatchBuilder, self.spec)
-        producer = BatchProducer(make_builder, self.num_workers, prefetch,
-                                 self.spec.slot_nbytes(largest), persistent)
+        producer = self.bucketing.producer(self.num_workers, prefetch, persistent) \
+            if self.bucketing else BatchProducer(make_builder, self.num_workers, prefetch,
+                                                 self.spec.slot_nbytes(largest), persistent)
         h, w = self.spec.out_size
         producer.check_memory(self._passes.owner, f"a batch of {largest} images of {h}x{w}x3 "
                               f"{self.spec.pixel_dtype}", "batch_size, the crop size, "
@@ -262,6 +261,8 @@ class Loader(LoaderBase):
     def _epoch_start(self, epoch: int) -> SampleRemainder | MixtureRemainder:
         if self.mixture is not None:
             return self.mixture.start(epoch)
+        if self.bucketing is not None:
+            return self.bucketing.start(epoch)
         order = KeyedOrder(self.num_samples, self.seed, epoch, self.shuffle)
         return SampleRemainder(order, self.batch_size, self.drop_last, self.shuffle)
 
@@ -323,13 +324,13 @@ class Loader(LoaderBase):
             yield b, batch
 
     def _assemble(self, meta: dict[str, Any], slot: Any) -> dict[str, Any]:
-        n = meta["count"]
+        n, spec = meta["count"], self.bucketing.spec_of(meta) if self.bucketing else self.spec
         if slot.dim() == 4:  # DALI hands over a finished tensor
             images: Any = slot.permute(0, 3, 1, 2)
         else:
-            offsets = self.spec.view_offsets(meta.get("capacity", n))
+            offsets = spec.view_offsets(meta.get("capacity", n))
             images = tuple(view_of(slot, view, offset, n)
-                           for view, offset in zip(self.spec.views, offsets, strict=True))
+                           for view, offset in zip(spec.views, offsets, strict=True))
             images = images if self._views else images[0]
         self.skipped.extend(meta["skipped"])
         batch: dict[str, Any] = {
@@ -341,7 +342,7 @@ class Loader(LoaderBase):
         if SOURCE_FIELD in meta:  # int64 from the workers' batch_ids
             batch[SOURCE_FIELD] = torch.from_numpy(meta[SOURCE_FIELD])
         if "caption_width" in meta:
-            batch.update(caption_tensors(slot, self.spec.caption_offset(meta.get("capacity", n)),
+            batch.update(caption_tensors(slot, spec.caption_offset(meta.get("capacity", n)),
                                          meta))
         add_to_batch(batch, meta["columns"])
         return batch
@@ -358,7 +359,8 @@ class Loader(LoaderBase):
                 "shuffle": self.shuffle, "seed": self.seed, "rank": self.rank,
                 "world_size": self.world_size, "drop_last": self.drop_last,
                 "manifest": self._manifest, **(self.mixing.identity(self.mixture.identity())
-                                               if self.mixture else {})}
+                                               if self.mixture else {}),
+                **(self.bucketing.identity() if self.bucketing else {})}
 
     def progress(self) -> dict[str, dict[str, int]]:
         """Samples each source of a mixture gave so far, all ranks together: the epochs before
@@ -370,6 +372,9 @@ class Loader(LoaderBase):
         # One dataset: what all ranks drew of this epoch is where what is left of its order
         # starts, counted without planning anything (a mixture's counts: samples_drawn).
         position = self._position
+        if self.bucketing is not None:  # images, as the bucketed batches drew them
+            return {describe(self.path): {"samples": self.bucketing.images_drawn(
+                position.epoch, position.segments, self.world_size, position.batches_done)}}
         rest = follow(self._epoch_start(position.epoch), position.segments, position.epoch)
         drawn = rest.after(self.world_size, position.batches_done).start
         return {describe(self.path): {"samples": position.epoch * self.num_samples + drawn}}

@@ -52,11 +52,13 @@ class ArrayOrder:
 
 
 class KeyedOrder:
-    """All `n` sample ids, shuffled by (seed, epoch) one place at a time, or in id order."""
+    """All `n` sample ids, shuffled by (seed, epoch) one place at a time, or in id order.
+    `stream` keys one of several independent orders of the same epoch (a bucket's)."""
 
-    def __init__(self, n: int, seed: int, epoch: int, shuffle: bool) -> None:
+    def __init__(self, n: int, seed: int, epoch: int, shuffle: bool,
+                 stream: tuple[int, ...] = ()) -> None:
         self.n = n
-        self._shuffle = IndexShuffle(n, [seed, epoch, 0x5EED]) if shuffle else None
+        self._shuffle = IndexShuffle(n, [seed, epoch, 0x5EED, *stream]) if shuffle else None
 
     def __len__(self) -> int:
         return self.n

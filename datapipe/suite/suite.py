@@ -43,7 +43,8 @@ from datapipe.suite.runner import NO_CUDA, GroupResult, busy_warning, run_group
 from datapipe.system import available_cores
 
 # The groups of each suite, and the stem of each group's own report.
-SUITE_GROUPS = {"images": ("images", "recipe", "pairs"), "text": ("text",), "convert": ("convert",),
+SUITE_GROUPS = {"images": ("images", "recipe", "pairs", "buckets"), "text": ("text",),
+                "convert": ("convert",),
                 "gpu": ("gpu", "handoff", "hf_train"), "mixture": ("mixture",),
                 "patches": ("patches",), "scale": ("scale",)}
 
@@ -122,7 +123,7 @@ def settings_line(opts: Options) -> str:
     return (f"Each figure: median of {opts.repeats} run(s), each a fresh process; spread = "
             f"slowest–fastest run. {size}, {opts.workers} workers. Per-group details: "
             "loader.md, recipe.md, text.md, convert.md, gpu.md, handoff.md, hf_train.md, "
-            "mixture.md, patches.md, scale.md beside this report.")
+            "mixture.md, patches.md, scale.md, pairs.md, buckets.md beside this report.")
 
 
 def publish(info: dict[str, Any], suites: dict[str, list[Panel]], groups: dict[str, Any],

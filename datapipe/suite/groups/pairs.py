@@ -79,12 +79,13 @@ class PairsGroup(Group):
                     outcome.status = TOKENIZER_MISSING
         src = ensure_photos(opts.data, opts.photos)
         forms: dict[str, dict[str, Any]] = {}
-        for form in sorted({p.tag for p in self.peers if outcomes[p.name].status == "ok"}):
+        peers = self.all_peers(opts)  # a --before twin reads its peer's form
+        for form in sorted({p.tag for p in peers if outcomes[p.name].status == "ok"}):
             try:
                 forms[form] = ensure_form(self.name, form, src, opts.data, opts.workers)
             except CHILD_FAILURES as exc:
                 print(f"failed: {exc}", flush=True)
-                for p in self.peers:
+                for p in peers:
                     if p.tag == form and outcomes[p.name].status == "ok":
                         outcomes[p.name].status = f"failed: converting to {form}: {exc}"
         for record in forms.values():

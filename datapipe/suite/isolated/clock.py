@@ -48,43 +48,52 @@ def tree_cpu_seconds(root: int | None = None) -> float:
     return total
 
 
-def check_batch(images: Any, batch: int, crop: int, dtype: str = "uint8") -> None:
+def check_batch(images: Any, batch: int, crop: int | None, dtype: str = "uint8") -> None:
     """Proof that the tool did the whole job: a full batch of crop x crop CHW images of
-    `dtype` (uint8; float32 where the job ends with a Normalize)."""
+    `dtype` (uint8; float32 where the job ends with a Normalize); crop None: of any size (a
+    bucketed batch's is its bucket's)."""
     import torch
 
-    shape = (batch, 3, crop, crop)
+    side = (crop, crop) if crop is not None else tuple(images.shape[2:])
+    shape = (batch, 3, *side)
     if tuple(images.shape) != shape or images.dtype != getattr(torch, dtype):
         raise RuntimeError(f"first batch is {tuple(images.shape)} {images.dtype}, "
                            f"expected {shape} torch.{dtype}")
 
 
-def measure(batches: Iterator[tuple[int, Any]], job: Any, crop: int,
+def measure(batches: Iterator[tuple[int, Any]], job: Any, crop: int | None,
             dtype: str = "uint8") -> dict[str, Any]:
     """Images/s, and images per CPU-second of the whole process tree, over the epochs after
     the warm-up: the clock starts when the warm-up's last batch arrives (with no warm-up, at
     the first batch, which is then not counted) and stops when the last batch arrives, so
     shutting the tool's workers down is not counted. Also the first epoch's own images/s,
-    from its first batch on: what a job too short to warm up sees. `batches` yields
-    (epoch, images) of `dtype`; `job` has batch, warmup and total_epochs."""
+    from its first batch on: what a job too short to warm up sees, and output pixels/s (for
+    batches of many sizes: crop None). `batches` yields (epoch, images) of `dtype`; `job` has
+    batch, warmup and total_epochs."""
     started = time.perf_counter()
-    per_epoch = [0] * job.total_epochs
+    per_epoch, pixels = [0] * job.total_epochs, [0] * job.total_epochs
     arrivals: list[tuple[int, float, float]] = []  # (epoch, seconds, tree CPU seconds)
     for epoch, images in batches:
         if not arrivals:
             check_batch(images, job.batch, crop, dtype)
+            first_pixels = images.shape[0] * images.shape[-2] * images.shape[-1]
         arrivals.append((epoch, time.perf_counter(), tree_cpu_seconds()))
         per_epoch[epoch] += len(images)
+        pixels[epoch] += len(images) * images.shape[-2] * images.shape[-1]
     first_size = min(job.batch, per_epoch[0])
     # The clock starts at the arrival before the first measured batch.
     start = max(0, next(i for i, a in enumerate(arrivals) if a[0] >= job.warmup) - 1)
     measured = sum(per_epoch[job.warmup:]) - (0 if job.warmup else first_size)
+    measured_pixels = sum(pixels[job.warmup:]) - (0 if job.warmup else first_pixels)
     seconds = arrivals[-1][1] - arrivals[start][1]
     cpu = arrivals[-1][2] - arrivals[start][2]
     first_epoch_s = max(a[1] for a in arrivals if a[0] == 0) - arrivals[0][1]
     return {"images": measured, "seconds": seconds,
             "rate": measured / seconds if seconds > 0 else 0.0,
             "cpu_s": cpu, "cpu_rate": measured / cpu if cpu > 0 else 0.0,
+            "pixels": measured_pixels,
+            "pixel_rate": measured_pixels / seconds if seconds > 0 else 0.0,
+            "cpu_pixel_rate": measured_pixels / cpu if cpu > 0 else 0.0,
             "first_epoch_rate": ((per_epoch[0] - first_size) / first_epoch_s
                                  if first_epoch_s > 0 else 0.0),
             "start_s": arrivals[0][1] - started, "epoch_images": per_epoch}
