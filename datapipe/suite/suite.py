@@ -45,7 +45,7 @@ from datapipe.system import available_cores
 # The groups of each suite, and the stem of each group's own report.
 SUITE_GROUPS = {"images": ("images", "recipe", "pairs"), "text": ("text",), "convert": ("convert",),
                 "gpu": ("gpu", "handoff", "hf_train"), "mixture": ("mixture",),
-                "patches": ("patches",), "scale": ("scale",)}
+                "patches": ("patches", "vlm"), "scale": ("scale",)}
 
 
 def run(opts: Options) -> int:

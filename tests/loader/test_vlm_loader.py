@@ -237,3 +237,9 @@ def test_text_only_sft_loads_as_samples_without_images(data, tmp_path: Path):
         batch = next(iter(loader))
     assert batch["pixel_values"].shape == (0, 1176) and len(batch["image_grid_thw"]) == 0
     assert batch["num_loss_tokens"] > 0 and not batch["mm_token_type_ids"].any()
+
+
+def test_token_loader_refuses_image_conversations(data):
+    _, _, dataset = data
+    with pytest.raises(dp.DataError, match=r"read them with dp\.VLMLoader"):
+        dp.TokenLoader(dataset, 1024)
