@@ -79,8 +79,6 @@ class VLMBatchBuilder:
     def __init__(self, spec: VLMBatchSpec) -> None:
         self.spec = spec
         self.dataset = open_dataset(spec.directory, verify=spec.verify)
-        names = self.dataset.manifest.column_names
-        self.has_mask, self.has_images = "loss_mask" in names, "images" in names
         images = self.dataset.manifest.settings.get("images") or {}
         self.encoding = images.get("encoding", "jpeg")
         self.producer = PatchProducer(spec.patches)
@@ -107,10 +105,10 @@ class VLMBatchBuilder:
                                                          "decode": ended - started - read_s})}
 
     def _read(self, k: int, row: int) -> _Sample:
-        shard = self.dataset.shard(k)
+        shard = self.dataset.shard(k)  # a mixture's shards may hold plain SFT: no images
         ids = shard.payload("tokens", row)
-        mask = shard.payload("loss_mask", row) if self.has_mask else None
-        if not self.has_images:
+        mask = shard.payload("loss_mask", row) if "loss_mask" in shard.columns else None
+        if "images" not in shard.columns:
             return _Sample(ids, mask, np.zeros(0, np.int64), np.zeros((0, 2), np.int64), [])
         placeholders = shard.payload("image_positions", row).astype(np.int64)
         sizes = shard.payload("image_sizes", row).astype(np.int64).reshape(-1, 2)

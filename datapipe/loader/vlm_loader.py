@@ -12,30 +12,31 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from datapipe.errors import ArgumentError, DataError
-from datapipe.format.concat import open_dataset
+from datapipe.errors import ArgumentError
+from datapipe.format.concat import SOURCE_FIELD
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
-from datapipe.loader.base import LoaderBase, refuse_empty
+from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
-from datapipe.loader.mixing import describe
+from datapipe.loader.mixing import check_mixture_arguments, describe
 from datapipe.loader.patch_collate import grid_tensor
 from datapipe.loader.patch_presets import resolve_preset
-from datapipe.loader.progress_state import manifest_fingerprint
 from datapipe.loader.token_epochs import TokenEpochPlanner
+from datapipe.loader.token_mixing import TokenMixing, step_unit
 from datapipe.loader.token_plans import WindowedRankPlan, parse_cursor
 from datapipe.loader.vlm_batches import VLMBatchBuilder, VLMBatchSpec
-from datapipe.loader.vlm_lengths import expanded_lengths
+from datapipe.loader.vlm_sources import read_sources
+from datapipe.sampling.mixture_weights import ScheduleArg
 from datapipe.sampling.overflow import Overflow
 from datapipe.sampling.token_windows import TokenStream
 
@@ -63,18 +64,26 @@ class VLMLoader(LoaderBase):
 
     A sample longer than `max_tokens` is refused at construction (`overflow="refuse"`,
     naming it) or left out and counted (`overflow="drop"`, `samples_dropped`). Shuffle,
-    rank sharding with equal steps and exact resume are TokenLoader's (docs/vlm.md).
+    rank sharding with equal steps and exact resume are TokenLoader's, and so are mixtures:
+    `path` a list or dict of datasets (image conversations, or plain chat SFT made by
+    `convert text`) with `weights=`, `weight_by`, `epoch_size`; a batch then gains `source`
+    (docs/vlm.md).
     """
 
-    def __init__(self, path: str | Path, max_tokens: int, *, preset: str = "qwen2_vl",
+    def __init__(self, path: str | Path | Sequence[str | Path] | Mapping[str, str | Path],
+                 max_tokens: int, *, preset: str = "qwen2_vl",
                  min_pixels: int | None = None, max_pixels: int | None = None,
                  overflow: str = "refuse", shuffle: bool = True, seed: int = 0,
                  num_workers: int = 0, rank: int | None = None,
                  world_size: int | None = None, device: str | torch.device = "cpu",
                  prefetch: int = 2, persistent: bool = True, pack_window: int = 4096,
                  plan_window: int | None = None, verify: str = "cheap",
-                 fields: Iterable[str] | None = None) -> None:
-        super().__init__(path, fields)
+                 fields: Iterable[str] | None = None, weights: ScheduleArg | None = None,
+                 weight_by: str = "tokens", epoch_size: int | None = None,
+                 reweight: bool = False) -> None:
+        super().__init__(describe(path), fields)
+        epoch_size = check_optional("epoch_size", epoch_size, minimum=1)
+        mixing = check_mixture_arguments(path, weights, epoch_size, reweight, None, None)
         if preset not in PRESETS:
             raise ArgumentError(f"preset must be one of {PRESETS}, got {preset!r}")
         if overflow not in OVERFLOW:
@@ -83,7 +92,7 @@ class VLMLoader(LoaderBase):
                  if v is not None}
         self.settings = resolve_preset(preset, given).patches
         self.geometry = self.settings.geometry
-        self.path = resolve_location(path)
+        self.path = mixing.sources.locations if mixing else resolve_location(path)
         verify = check_verify_mode(verify)
         self.max_tokens = check_counter("max_tokens", max_tokens, minimum=1)
         self.seed, self.shuffle = check_counter("seed", seed), check_flag("shuffle", shuffle)
@@ -95,16 +104,23 @@ class VLMLoader(LoaderBase):
         self._group_implicit = rank is None and world_size is None
         self.device = resolve_device(device)
         self.preset = preset
-        self._read_dataset(verify)
+        sources = read_sources(self.path, mixing, verify, self.geometry)
+        self.lengths, self._manifest = sources.combined, sources.fingerprint
+        self.num_samples = len(self.lengths)
         self._check_fits(overflow)
-        self._check_fields(BATCH_KEYS)
+        drop = Overflow(self.max_tokens, "drop") if overflow == "drop" else None
+        self.mixing = None if mixing is None else TokenMixing(
+            mixing, [drop.kept_lengths(n) if drop else n for n in sources.lengths],
+            weight_by, epoch_size, self.seed, self.shuffle,
+            step_unit(weight_by, self.max_tokens, None, None, self.world_size),
+            [min(int(n.max()), self.max_tokens) for n in sources.lengths])
+        self._check_fields(BATCH_KEYS + ((SOURCE_FIELD,) if self.mixing else ()))
         self.plan_window = plan_window or int(np.clip(
             WINDOW_BATCHES * self.max_tokens / max(1.0, float(self.lengths.mean())),
             1 << 10, 1 << 18))
         self._planner = TokenEpochPlanner(
             "packed", self.max_tokens, None, 0, 1, 1, 1, 1, self.pack_window,
-            self.plan_window, self.shuffle, self.seed,
-            Overflow(self.max_tokens, "drop") if overflow == "drop" else None, self.lengths)
+            self.plan_window, self.shuffle, self.seed, drop, self.lengths, self.mixing)
         self._starts: dict[int, TokenStream] = {}
         self.tokens_seen = self.loss_tokens_seen = 0
         capacity = self.max_tokens * self.geometry.merge_size ** 2  # an image token's patches
@@ -116,16 +132,6 @@ class VLMLoader(LoaderBase):
         self._producer.check_memory(self._passes.owner, f"a batch of up to {capacity:,} "
                                     f"patches of {self.settings.patch_dim} floats",
                                     "max_tokens, num_workers or prefetch")
-
-    def _read_dataset(self, verify: str) -> None:
-        with open_dataset(self.path, verify=verify) as ds:
-            if ds.manifest.kind != "text":
-                raise DataError(f"{ds.directory}: a {ds.manifest.kind} dataset; VLMLoader "
-                                "reads what `datapipe convert vlm` (or convert text) makes")
-            refuse_empty(ds)
-            self.lengths = expanded_lengths(ds, self.geometry)
-            self.num_samples = len(ds)
-            self._manifest = manifest_fingerprint(ds.manifest)
 
     def _check_fits(self, overflow: str) -> None:
         over = np.flatnonzero(self.lengths > self.max_tokens)
@@ -195,7 +201,9 @@ class VLMLoader(LoaderBase):
             "index": torch.from_numpy(np.asarray(meta["index"], dtype=np.int64)),
             "is_padding": torch.from_numpy(np.asarray(meta["is_padding"], dtype=bool)),
             "num_real_tokens": tokens, "num_loss_tokens": int(meta["loss_tokens"]),
-            "efficiency": tokens / self.max_tokens}
+            "efficiency": tokens / self.max_tokens,
+            **({SOURCE_FIELD: torch.from_numpy(meta[SOURCE_FIELD])} if SOURCE_FIELD in meta
+               else {})}
 
     # --- state ---------------------------------------------------------------------------
 
@@ -203,6 +211,8 @@ class VLMLoader(LoaderBase):
         """Samples given so far, all ranks together, and the tokens of this epoch so far."""
         position = self._position
         start = self._epoch_start(position.epoch)
+        if self.mixing is not None:
+            return self.mixing.progress(position, self.world_size, start)
         samples, tokens = start.drawn_by(position.segments, position.batches_done,
                                          self.world_size, position.epoch)
         return {describe(self.path): {"samples": samples + position.epoch * self.num_samples,
@@ -219,7 +229,7 @@ class VLMLoader(LoaderBase):
         epoch = None
         if cursor is not None:
             epoch = check_counter("load_state_dict: the state's epoch", state.get("epoch"))
-            most = int(self.lengths.sum())
+            most = self.mixing.max_epoch_tokens() if self.mixing else int(self.lengths.sum())
             self._epoch_start(epoch).windows.learn_checked(cursor, self.plan_window, most,
                                                            f"epoch {epoch}")
         try:
@@ -230,7 +240,30 @@ class VLMLoader(LoaderBase):
                 self._plans.clear()
             raise
 
+    def _source_offsets(self) -> Any:
+        return None if self.mixing is None else self.mixing.offsets
+
+    def _reweight(self, state: dict[str, Any]) -> bool:
+        if self.mixing is None:
+            return False
+        before = self.mixing.mixture
+        changed = self.mixing.reconcile(state, self._fresh_epoch_start)
+        if self.mixing.mixture is not before:  # planned with other weights: plan anew
+            self._starts.clear()
+            self._plans.clear()
+        return changed
+
+    def _fresh_epoch_start(self, epoch: int) -> TokenStream:
+        self._starts.clear()
+        return self._epoch_start(epoch)
+
     def _identity(self) -> dict[str, Any]:
+        identity = self._own_identity()
+        if self.mixing is not None:
+            identity.update(self.mixing.identity())
+        return identity
+
+    def _own_identity(self) -> dict[str, Any]:
         return {"num_samples": self.num_samples, "preset": self.preset,
                 "max_tokens": self.max_tokens, "min_pixels": self.geometry.min_pixels,
                 "max_pixels": self.geometry.max_pixels, "shuffle": self.shuffle,

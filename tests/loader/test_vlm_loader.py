@@ -243,3 +243,41 @@ def test_token_loader_refuses_image_conversations(data):
     _, _, dataset = data
     with pytest.raises(dp.DataError, match=r"read them with dp\.VLMLoader"):
         dp.TokenLoader(dataset, 1024)
+
+
+@pytest.fixture(scope="module")
+def chat_sft(data, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Text-only chat SFT (`convert text`) with the same tokenizer."""
+    tokenizer, _, _ = data
+    root = tmp_path_factory.mktemp("chat")
+    lines = [{"messages": [{"role": "user", "content": f"what is {i}"},
+                           {"role": "assistant", "content": "a cat on the mat " * (i % 4 + 1)}]}
+             for i in range(30)]
+    (root / "chat.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    convert("text", root / "chat.jsonl", root / "out", "--tokenizer", tokenizer)
+    return root / "out"
+
+
+def test_a_mixture_of_text_only_and_image_sft(data, chat_sft: Path):
+    _, _, dataset = data
+    paths = {"images": dataset, "text": chat_sft}
+    with dp.VLMLoader(paths, 1024, weights={"images": 0.5, "text": 0.5},
+                      weight_by="documents", seed=4, num_workers=2) as loader:
+        batches = list(loader)
+        progress = loader.progress()
+    seen = {0: [], 1: []}
+    for batch in batches:
+        assert batch["source"].shape == batch["index"].shape
+        for source, index in zip(batch["source"].tolist(), batch["index"].tolist(),
+                                 strict=True):
+            seen[source].append(index)
+        # each image-free sample adds no image; the images are those of the image samples
+        assert int(batch["image_grid_thw"].prod(-1).sum()) == batch["pixel_values"].shape[0]
+    # 70 samples an epoch, half from each: the 30 text samples each once and 5 again, 35
+    # of the 40 image samples
+    assert len(seen[0]) == len(seen[1]) == 35
+    assert set(seen[1]) == set(range(30)) and len(set(seen[0])) == 35
+    assert progress["text"]["documents"] == progress["images"]["documents"] == 35
+    assert any(set(b["source"].tolist()) == {0, 1} for b in batches)  # mixed in one batch
+    check_resume_at_every_step(lambda: dp.VLMLoader(
+        paths, 1024, weights={"images": 0.5, "text": 0.5}, weight_by="documents", seed=4))
