@@ -2,8 +2,9 @@
 (vlm_sequences.py), and its images' patches decoded and laid out in the model's order straight
 into the shared-memory buffer (the patch producer), in the order the samples are packed.
 
-The buffer holds pixel_values (capacity, patch_dim) float32; the token arrays (a few bytes
-a token) travel beside it as metadata.
+The buffer holds pixel_values (capacity, patch_dim) float32, then the token rows (TOKEN_ROWS,
+max_tokens) int64: input_ids, labels, the four rows of position_ids, mm_token_type_ids and
+seq_idx, written in place; only per-sample numbers (grids, boundaries) travel as metadata.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from datapipe.loader.vlm_sequences import Sequence, expand_sample
 from datapipe.loader.workers import BatchTask, worker_timing
 from datapipe.text.labels import IGNORE
 
+# The token rows of a buffer, by name: position_ids' four rows are POSITIONS.
+ROWS = {"input_ids": 0, "labels": 1, "mm_token_type_ids": 6, "seq_idx": 7}
+POSITIONS = slice(2, 6)
+TOKEN_ROWS = 8
+
 
 @dataclass(frozen=True)
 class VLMBatchSpec:
@@ -31,13 +37,22 @@ class VLMBatchSpec:
     directory: str | Location | Locations
     patches: PatchSpec
     capacity: int  # patch rows a buffer holds
+    max_tokens: int  # token columns
     verify: str = "cheap"
 
-    def slot_nbytes(self) -> int:
+    def _pixel_nbytes(self) -> int:
         return self.capacity * self.patches.patch_dim * 4
 
+    def slot_nbytes(self) -> int:
+        return self._pixel_nbytes() + TOKEN_ROWS * self.max_tokens * 8
+
     def pixels(self, out: np.ndarray) -> np.ndarray:
-        return out[:self.slot_nbytes()].view(np.float32).reshape(self.capacity, -1)
+        return out[:self._pixel_nbytes()].view(np.float32).reshape(self.capacity, -1)
+
+    def token_rows(self, out: np.ndarray) -> np.ndarray:
+        """(TOKEN_ROWS, max_tokens) int64: see ROWS."""
+        start = self._pixel_nbytes()
+        return out[start:self.slot_nbytes()].view(np.int64).reshape(TOKEN_ROWS, -1)
 
 
 @dataclass
@@ -49,30 +64,27 @@ class _Sample:
     payloads: list[np.ndarray]
 
 
-def packed_fields(pieces: list[Sequence]) -> dict[str, Any]:
-    """The samples back to back, as the model's forward takes them (here, in the worker, so
-    the training thread only wraps arrays): input_ids, labels, position_ids (4, T): the text
-    positions (each sample from 0: transformers reads sample boundaries from them) above the
-    three M-RoPE rows, mm_token_type_ids (1 on image tokens), cu_seqlens, seq_idx."""
+def pack_into(pieces: list[Sequence], rows: np.ndarray) -> dict[str, Any]:
+    """The samples back to back into the buffer's token `rows`, as the model's forward takes
+    them (here, in the worker: the training thread only wraps them): input_ids, labels,
+    position_ids (4, T): the text positions (each sample from 0: transformers reads sample
+    boundaries from them) above the three M-RoPE rows, mm_token_type_ids (1 on image tokens),
+    seq_idx. Returns the per-sample numbers: cu_seqlens, max_seqlen, tokens, loss_tokens."""
     lengths = np.asarray([len(p.input_ids) for p in pieces], np.int64)
     ends = np.cumsum(lengths)
-    total = int(ends[-1]) if len(ends) else 0
-    text = np.arange(total, dtype=np.int64) - np.repeat(ends - lengths, lengths)
-
-    def joined(name: str, dtype: type) -> np.ndarray:
-        parts = [getattr(p, name) for p in pieces]
-        return np.concatenate(parts, axis=-1).astype(dtype) if parts else np.zeros(0, dtype)
-
-    rope = np.concatenate([p.rope for p in pieces], axis=1) if pieces else \
-        np.zeros((3, 0), np.int64)
-    labels = joined("labels", np.int64)
-    return {"input_ids": joined("input_ids", np.int64), "labels": labels,
-            "loss_tokens": int((labels != IGNORE).sum()),
-            "position_ids": np.concatenate([text[None], rope]),
-            "mm_token_type_ids": joined("is_image", np.int64),
-            "cu_seqlens": np.concatenate([[0], ends]).astype(np.int32),
-            "seq_idx": np.repeat(np.arange(len(lengths), dtype=np.int64), lengths),
-            "max_seqlen": int(lengths.max()) if len(lengths) else 0, "tokens": total}
+    at = 0
+    for p in pieces:
+        n = len(p.input_ids)
+        rows[ROWS["input_ids"], at:at + n] = p.input_ids
+        rows[ROWS["labels"], at:at + n] = p.labels
+        rows[POSITIONS.start, at:at + n] = np.arange(n)
+        rows[POSITIONS.start + 1:POSITIONS.stop, at:at + n] = p.rope
+        rows[ROWS["mm_token_type_ids"], at:at + n] = p.is_image
+        at += n
+    rows[ROWS["seq_idx"], :at] = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    return {"cu_seqlens": np.concatenate([[0], ends]).astype(np.int32),
+            "max_seqlen": int(lengths.max()) if len(lengths) else 0, "tokens": at,
+            "loss_tokens": int((rows[ROWS["labels"], :at] != IGNORE).sum())}
 
 
 class VLMBatchBuilder:
@@ -98,7 +110,7 @@ class VLMBatchBuilder:
             pieces.append(expand_sample(sample.ids, sample.mask, sample.placeholders, grid,
                                         self.geometry.merge_size))
         ended = time.perf_counter()
-        return {**packed_fields(pieces), "patches": patches,
+        return {**pack_into(pieces, self.spec.token_rows(out)), "patches": patches,
                 "grids": np.concatenate(grids) if grids else np.zeros((0, 2), np.int64),
                 **batch_ids(self.dataset, task.indices, shards), "is_padding": task.is_pad,
                 "timing": worker_timing(started, ended, {"read": read_s,

@@ -34,7 +34,7 @@ from datapipe.loader.patch_presets import resolve_preset
 from datapipe.loader.token_epochs import TokenEpochPlanner
 from datapipe.loader.token_mixing import TokenMixing, step_unit
 from datapipe.loader.token_plans import WindowedRankPlan, parse_cursor
-from datapipe.loader.vlm_batches import VLMBatchBuilder, VLMBatchSpec
+from datapipe.loader.vlm_batches import POSITIONS, ROWS, VLMBatchBuilder, VLMBatchSpec
 from datapipe.loader.vlm_sources import read_sources
 from datapipe.sampling.mixture_weights import ScheduleArg
 from datapipe.sampling.overflow import Overflow
@@ -124,13 +124,14 @@ class VLMLoader(LoaderBase):
         self._starts: dict[int, TokenStream] = {}
         self.tokens_seen = self.loss_tokens_seen = 0
         capacity = self.max_tokens * self.geometry.merge_size ** 2  # an image token's patches
-        self.spec = VLMBatchSpec(self.path, self.settings, capacity, verify)
+        self.spec = VLMBatchSpec(self.path, self.settings, capacity, self.max_tokens, verify)
         self._feed = DeviceFeed(self.device, pin=("pixel_values",), record_stages=True)
         self._producer = BatchProducer(functools.partial(VLMBatchBuilder, self.spec),
                                        num_workers, prefetch, self.spec.slot_nbytes(),
                                        persistent)
         self._producer.check_memory(self._passes.owner, f"a batch of up to {capacity:,} "
-                                    f"patches of {self.settings.patch_dim} floats",
+                                    f"patches of {self.settings.patch_dim} floats and "
+                                    f"{self.max_tokens:,} tokens",
                                     "max_tokens, num_workers or prefetch")
 
     def _check_fits(self, overflow: str) -> None:
@@ -186,24 +187,22 @@ class VLMLoader(LoaderBase):
             yield b, batch
 
     def _collate(self, meta: dict[str, Any], slot: np.ndarray) -> dict[str, Any]:
-        """Tensors over what the worker made: nothing computed per token here."""
-        labels = torch.from_numpy(meta["labels"])[None]
+        """Tensors over the buffer the worker filled: nothing computed per token here."""
         tokens = meta["tokens"]
-        return {
-            "input_ids": torch.from_numpy(meta["input_ids"])[None], "labels": labels,
-            "position_ids": torch.from_numpy(meta["position_ids"])[:, None],
-            "mm_token_type_ids": torch.from_numpy(meta["mm_token_type_ids"])[None],
-            "cu_seqlens": torch.from_numpy(meta["cu_seqlens"]),
-            "seq_idx": torch.from_numpy(meta["seq_idx"])[None],
-            "max_seqlen": meta["max_seqlen"],
-            "pixel_values": torch.from_numpy(self.spec.pixels(slot)[:meta["patches"]]),
-            "image_grid_thw": grid_tensor(meta["grids"], "image_grid_thw"),
-            "index": torch.from_numpy(np.asarray(meta["index"], dtype=np.int64)),
-            "is_padding": torch.from_numpy(np.asarray(meta["is_padding"], dtype=bool)),
-            "num_real_tokens": tokens, "num_loss_tokens": int(meta["loss_tokens"]),
-            "efficiency": tokens / self.max_tokens,
-            **({SOURCE_FIELD: torch.from_numpy(meta[SOURCE_FIELD])} if SOURCE_FIELD in meta
-               else {})}
+        rows = torch.from_numpy(self.spec.token_rows(slot))[:, :tokens]
+        batch = {name: rows[row][None] for name, row in ROWS.items()}
+        batch["position_ids"] = rows[POSITIONS][:, None]
+        batch.update(
+            cu_seqlens=torch.from_numpy(meta["cu_seqlens"]), max_seqlen=meta["max_seqlen"],
+            pixel_values=torch.from_numpy(self.spec.pixels(slot)[:meta["patches"]]),
+            image_grid_thw=grid_tensor(meta["grids"], "image_grid_thw"),
+            index=torch.from_numpy(np.asarray(meta["index"], dtype=np.int64)),
+            is_padding=torch.from_numpy(np.asarray(meta["is_padding"], dtype=bool)),
+            num_real_tokens=tokens, num_loss_tokens=meta["loss_tokens"],
+            efficiency=tokens / self.max_tokens)
+        if SOURCE_FIELD in meta:
+            batch[SOURCE_FIELD] = torch.from_numpy(meta[SOURCE_FIELD])
+        return batch
 
     # --- state ---------------------------------------------------------------------------
 
