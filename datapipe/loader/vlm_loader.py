@@ -109,11 +109,8 @@ class VLMLoader(LoaderBase):
         self.num_samples = len(self.lengths)
         self._check_fits(overflow)
         drop = Overflow(self.max_tokens, "drop") if overflow == "drop" else None
-        self.mixing = None if mixing is None else TokenMixing(
-            mixing, [drop.kept_lengths(n) if drop else n for n in sources.lengths],
-            weight_by, epoch_size, self.seed, self.shuffle,
-            step_unit(weight_by, self.max_tokens, None, None, self.world_size),
-            [min(int(n.max()), self.max_tokens) for n in sources.lengths])
+        self.mixing = None if mixing is None else self._mixing(mixing, sources.lengths, drop,
+                                                               weight_by, epoch_size)
         self._check_fields(BATCH_KEYS + ((SOURCE_FIELD,) if self.mixing else ()))
         self.plan_window = plan_window or int(np.clip(
             WINDOW_BATCHES * self.max_tokens / max(1.0, float(self.lengths.mean())),
@@ -123,7 +120,21 @@ class VLMLoader(LoaderBase):
             self.plan_window, self.shuffle, self.seed, drop, self.lengths, self.mixing)
         self._starts: dict[int, TokenStream] = {}
         self.tokens_seen = self.loss_tokens_seen = 0
-        capacity = self.max_tokens * self.geometry.merge_size ** 2  # an image token's patches
+        self._start_producer(verify, num_workers, prefetch, persistent)
+
+    def _mixing(self, mixing: Any, lengths: list[np.ndarray], drop: Overflow | None,
+                weight_by: str, epoch_size: int | None) -> TokenMixing:
+        """A mixture's sources weighed as TokenLoader weighs them, by each sample's tokens
+        with its images expanded (a dropped sample: none)."""
+        return TokenMixing(mixing, [drop.kept_lengths(n) if drop else n for n in lengths],
+                           weight_by, epoch_size, self.seed, self.shuffle,
+                           step_unit(weight_by, self.max_tokens, None, None, self.world_size),
+                           [min(int(n.max()), self.max_tokens) for n in lengths])
+
+    def _start_producer(self, verify: str, num_workers: int, prefetch: int,
+                        persistent: bool) -> None:
+        # A batch of image tokens only is the most patches one holds: merge² per token.
+        capacity = self.max_tokens * self.geometry.merge_size ** 2
         self.spec = VLMBatchSpec(self.path, self.settings, capacity, self.max_tokens, verify)
         self._feed = DeviceFeed(self.device, pin=("pixel_values",), record_stages=True)
         self._producer = BatchProducer(functools.partial(VLMBatchBuilder, self.spec),
