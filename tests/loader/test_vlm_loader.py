@@ -281,3 +281,18 @@ def test_a_mixture_of_text_only_and_image_sft(data, chat_sft: Path):
     assert any(set(b["source"].tolist()) == {0, 1} for b in batches)  # mixed in one batch
     check_resume_at_every_step(lambda: dp.VLMLoader(
         paths, 1024, weights={"images": 0.5, "text": 0.5}, weight_by="documents", seed=4))
+
+
+def test_msgpack_shards_give_the_same_batches(data, tmp_path: Path):
+    """The image sizes read row by row where the format keeps no offsets."""
+    tokenizer, src, dataset = data
+    convert("vlm", src, tmp_path / "msgpack", "--tokenizer", tokenizer, "--workers", "1",
+            "--format", "msgpack")
+    with dp.VLMLoader(dataset, 1024, seed=1) as arrow, \
+            dp.VLMLoader(tmp_path / "msgpack", 1024, seed=1) as msgpack:
+        assert np.array_equal(arrow.lengths, msgpack.lengths)
+        pairs = list(zip(arrow, msgpack, strict=True))
+    for a, b in pairs:
+        for key, value in a.items():
+            assert torch.equal(value, b[key]) if isinstance(value, torch.Tensor) else \
+                value == b[key], key
