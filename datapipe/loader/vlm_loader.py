@@ -181,6 +181,9 @@ class VLMLoader(LoaderBase):
         for b, batch in self._feed.batches(host):
             self._report(b, **self._feed.take_stages(b))
             self._handed_out(b, plan)
+            if not plan.padding(b):  # counted as handed out, not as built ahead
+                self.tokens_seen += batch["num_real_tokens"]
+                self.loss_tokens_seen += batch["num_loss_tokens"]
             yield batch
         self._finish_empty(start, plan)
 
@@ -191,9 +194,6 @@ class VLMLoader(LoaderBase):
                                          start):
             t0 = time.perf_counter()
             batch = self._collate(meta, slot.numpy())
-            if not plan.padding(b):
-                self.tokens_seen += batch["num_real_tokens"]
-                self.loss_tokens_seen += batch["num_loss_tokens"]
             self._record(b, meta, {"collate": time.perf_counter() - t0})
             yield b, batch
 
@@ -232,9 +232,13 @@ class VLMLoader(LoaderBase):
         state = super().state_dict()
         plan = self._plan(self._position.epoch)
         state["cursor"] = plan.rank_windows.cursor(self._position.batches_done).to_json()
+        state["tokens_seen"], state["loss_tokens_seen"] = self.tokens_seen, self.loss_tokens_seen
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        seen = [check_counter(f"load_state_dict: the state's {name}",
+                              state.get(name, 0) if isinstance(state, dict) else 0)
+                for name in ("tokens_seen", "loss_tokens_seen")]
         cursor = parse_cursor(state.get("cursor") if isinstance(state, dict) else None)
         epoch = None
         if cursor is not None:
@@ -249,6 +253,7 @@ class VLMLoader(LoaderBase):
                 self._starts.pop(epoch, None)
                 self._plans.clear()
             raise
+        self.tokens_seen, self.loss_tokens_seen = seen
 
     def _source_offsets(self) -> Any:
         return None if self.mixing is None else self.mixing.offsets

@@ -296,3 +296,20 @@ def test_msgpack_shards_give_the_same_batches(data, tmp_path: Path):
         for key, value in a.items():
             assert torch.equal(value, b[key]) if isinstance(value, torch.Tensor) else \
                 value == b[key], key
+
+
+def test_tokens_seen_count_handed_out_batches_and_resume(data):
+    """loss_tokens_seen (the denominator of a loss summed over accumulated batches) counts
+    the batches handed out, and a restored loader carries it on."""
+    _, _, dataset = data
+    with dp.VLMLoader(dataset, 1024, seed=6, num_workers=2, prefetch=3) as loader:
+        batches = iter(loader)
+        first = [next(batches) for _ in range(2)]
+        assert loader.loss_tokens_seen == sum(b["num_loss_tokens"] for b in first)
+        state = loader.state_dict()
+        rest = list(batches)
+        total = loader.loss_tokens_seen, loader.tokens_seen
+    with dp.VLMLoader(dataset, 1024, seed=6) as restored:
+        restored.load_state_dict(state)
+        assert len(list(restored)) == len(rest)
+        assert (restored.loss_tokens_seen, restored.tokens_seen) == total
