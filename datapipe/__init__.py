@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 # These load on first use: the loaders need torch, whose import costs more than a second, and
 # `datapipe convert` and friends never need it; the writer needs what writing needs.
 _LAZY = {"Loader": "datapipe.loader", "PatchLoader": "datapipe.loader",
+         "VLMLoader": "datapipe.loader",
          "TokenLoader": "datapipe.loader",
          "WorkerError": "datapipe.loader", "DatasetWriter": "datapipe.format.dataset_writer",
          "merge_parts": "datapipe.format.parts", "Captions": "datapipe.loader.caption_fields",
@@ -54,4 +55,4 @@ __all__ = ["ArgumentError", "AutoAugment", "BatchStep", "Captions", "DataError",
            "Dataset", "DatasetWriter", "Loader", "Manifest", "Mixup", "PatchLoader", "PerBatch",
            "PerSample",
            "RandAugment", "RandomErasing", "SampleStep", "TokenLoader", "TrivialAugmentWide",
-           "WorkerError", "__version__", "cli", "image", "merge_parts", "profile"]
+           "VLMLoader", "WorkerError", "__version__", "cli", "image", "merge_parts", "profile"]

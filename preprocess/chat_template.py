@@ -49,6 +49,11 @@ class ChatEncoder:
         self.template_hash = hash_bytes(template.encode())
         self.marks_generation = bool(_GENERATION.search(template))
 
+    def token_id(self, token: str) -> int | None:
+        """The id of a token the tokenizer knows whole (a special token), else None."""
+        found = self._tok.convert_tokens_to_ids(token)
+        return None if found is None or found == self._tok.unk_token_id else int(found)
+
     def encode(self, chat: Chat) -> tuple[np.ndarray, np.ndarray] | str:
         """(ids, 1 on each assistant token) of a conversation, or why it is a reject."""
         messages = list(chat.messages)

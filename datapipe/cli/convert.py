@@ -174,6 +174,52 @@ def convert_text_cmd(sources: tuple[str, ...], tokenizer: str, field: str, doc_p
             f"{this_run / max(result.seconds, 1e-9):,.0f} tokens/s")
 
 
+@convert.command("vlm", context_settings=CONTEXT)
+@click.argument("sources", nargs=-1, required=True, metavar="SRC... OUT")
+@click.option("--tokenizer", "tokenizer", required=True,
+              help="A Hugging Face tokenizer.json, or the folder holding it with its chat "
+              "template (a processor saved with save_pretrained).")
+@click.option("--image-folder", type=click.Path(path_type=Path), default=None,
+              help="Where the records' image paths start [default: each file's folder].")
+@click.option("--image-token", default="<|image_pad|>", show_default=True,
+              help="The model's image placeholder token, one stored per image.")
+@click.option("--chat-template", type=click.Path(path_type=Path), default=None,
+              metavar="FILE", help="A Jinja chat template, instead of the one saved beside "
+              "the tokenizer.")
+@click.option("--short-side", default=0, show_default=True, type=int,
+              help="Resize images so the shorter side is this many pixels; 0 keeps the size "
+              "(the loader's preset resizes to the model's grid).")
+@click.option("--quality", default=90, show_default=True, type=int, help="JPEG quality.")
+@engine_options
+@output_options
+def convert_vlm_cmd(sources: tuple[str, ...], tokenizer: str, image_folder: Path | None,
+                    image_token: str, chat_template: Path | None, short_side: int,
+                    quality: int, workers: int, engine: str, address: str | None,
+                    **output: Any) -> None:
+    """Tokenize image conversations (LLaVA JSON, or messages + images JSONL/Parquet) with
+    the model's chat template, and store each with its loss mask (assistant turns), one
+    placeholder per image and its images re-encoded, in OUT (docs/vlm.md)."""
+    from preprocess.image_ops import ImageSettings
+    from preprocess.vlm import convert_vlm
+
+    if len(sources) < 2:
+        raise click.UsageError("give at least one SRC and then OUT")
+    *srcs, out = sources
+    options = make_output_options(out, **output)
+    with open_engine(engine, workers, address) as runner:
+        progress = Progress(None, "sample")
+        try:
+            result = convert_vlm([Path(s) for s in srcs], options, tokenizer,
+                                 image_folder=image_folder, chat_template=chat_template,
+                                 image_token=image_token,
+                                 images=ImageSettings(short_side=short_side, quality=quality),
+                                 engine=runner, progress=progress.update_to)
+        finally:
+            progress.close()
+    _report(result, "sample", f"{result.manifest.num_samples / max(result.seconds, 1e-9):,.0f} "
+            "samples/s")
+
+
 def _report_linked_folders(rejects: list[dict[str, Any]]) -> None:
     """Say that links to folders SRC holds by their real paths were skipped: without them,
     their images would have taken the link's class."""

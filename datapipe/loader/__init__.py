@@ -3,6 +3,7 @@
 from datapipe.loader.image_loader import Loader
 from datapipe.loader.patch_loader import PatchLoader
 from datapipe.loader.token_loader import TokenLoader
+from datapipe.loader.vlm_loader import VLMLoader
 from datapipe.loader.workers import WorkerError
 
-__all__ = ["Loader", "PatchLoader", "TokenLoader", "WorkerError"]
+__all__ = ["Loader", "PatchLoader", "TokenLoader", "VLMLoader", "WorkerError"]

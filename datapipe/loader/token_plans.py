@@ -142,6 +142,9 @@ def check_text_dataset(ds: Dataset, tokenizer: str | None) -> None:
     manifest = ds.manifest
     if manifest.kind != "text":
         raise DataError(f"{ds.directory}: a {manifest.kind} dataset; TokenLoader reads text")
+    if manifest.settings.get("text_kind") == "vlm":  # its placeholders need their images
+        raise DataError(f"{ds.directory}: image conversations (datapipe convert vlm); read "
+                        "them with dp.VLMLoader, which expands each image's tokens")
     refuse_empty(ds)
     if LOSS_MASK in manifest.column_names and manifest.column(LOSS_MASK).type != "uint8[]":
         raise DataError(f"{ds.directory}: column {LOSS_MASK!r} is "

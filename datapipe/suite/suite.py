@@ -46,7 +46,7 @@ from datapipe.system import available_cores
 SUITE_GROUPS = {"images": ("images", "recipe", "pairs", "buckets"), "text": ("text",),
                 "convert": ("convert",),
                 "gpu": ("gpu", "handoff", "hf_train"), "mixture": ("mixture",),
-                "patches": ("patches",), "scale": ("scale",)}
+                "patches": ("patches", "vlm"), "scale": ("scale",)}
 
 
 def run(opts: Options) -> int:

@@ -19,7 +19,8 @@ PEERS = ("torch-qwen2_vl", "datapipe-qwen2_vl", "torch-siglip2", "datapipe-sigli
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("patches")
     assert run(Options.smoke_test(("patches",), out, data=DATA)) == 0
-    data = check_outputs(out, ["patches-qwen2_vl", "patches-siglip2"])
+    data = check_outputs(out, ["patches-qwen2_vl", "patches-siglip2", "vlm-qwen2_vl"])
+    assert "× the torch DataLoader + processing" in (out / "vlm.md").read_text()
     return data, (out / "patches.md").read_text()
 
 
@@ -39,3 +40,15 @@ def test_every_peer_delivers_every_photo_and_the_report_gives_the_goals(smoke: t
         assert ours == pytest.approx(theirs, rel=1e-9), model
     assert "× the torch DataLoader + processor" in report
     assert "Qwen2-VL packed patch efficiency" in report
+
+
+def test_the_vlm_group_delivers_every_conversation_with_its_efficiencies(smoke: tuple) -> None:
+    data, _ = smoke
+    group = data["groups"]["vlm"]
+    outcomes = group["outcomes"]
+    assert set(outcomes) == {"torch-vlm", "datapipe-vlm"}
+    for name, outcome in outcomes.items():
+        (record,) = outcome["runs"]
+        assert outcome["status"] == "ok", name
+        assert record["rate"] > 0 and 0 < record["efficiency"] <= 1, name
+        assert 0 < record["samples"] < group["meta"]["conversations"], name
