@@ -40,7 +40,7 @@ from datapipe.format.cache import exclusive_lock
 from datapipe.format.hashing import StreamHash, hash_bytes
 from datapipe.format.manifest import Manifest
 from datapipe.format.schema import Column
-from datapipe.format.stamped_files import file_stamp, summary_path, write_atomically
+from datapipe.format.stamped_files import file_stamp, load_mapped, summary_path, write_atomically
 
 PREFIX = ".datapipe-scalars-"
 # Every shard's scalar columns, in shard order: (its first sample, {column: values}).
@@ -126,7 +126,7 @@ class ScalarMaps:
         """The column in the file, if it holds what its name and summary say (else the file
         is removed). Its values are hashed when it changed since they last matched."""
         try:
-            values = np.load(path, mmap_mode="r")
+            values = load_mapped(path)
             summary = ColumnSummary.from_json(summary_path(path).read_text())
             stamp = file_stamp(path)
         except (OSError, ValueError, EOFError, TypeError, KeyError):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 
 def summary_path(path: Path) -> Path:
     """Where a derived file's summary lies: beside it, as .json."""
@@ -30,3 +32,19 @@ def write_atomically(path: Path, data: bytes) -> bool:
     except OSError:
         tmp.unlink(missing_ok=True)
         return False
+
+
+def load_mapped(path: Path) -> np.ndarray:
+    """A .npy file memory-mapped read-only, as a plain ndarray over the mapping: np.memmap's
+    subclass hooks cost microseconds on every index and slice of it, per batch on the
+    training thread (the mapping stays open through the view's base)."""
+    return np.load(path, mmap_mode="r").view(np.ndarray)
+
+
+def mapped_file(array: np.ndarray) -> str | None:
+    """The file an array from `load_mapped` maps, or None for an array in memory."""
+    while array is not None:
+        if isinstance(array, np.memmap):
+            return array.filename
+        array = array.base if isinstance(array.base, np.ndarray) else None
+    return None

@@ -29,7 +29,7 @@ import numpy as np
 from datapipe.format.cache import exclusive_lock
 from datapipe.format.dataset import Dataset
 from datapipe.format.hashing import hash_bytes
-from datapipe.format.stamped_files import file_stamp, summary_path, write_atomically
+from datapipe.format.stamped_files import file_stamp, load_mapped, summary_path, write_atomically
 from datapipe.image.buckets import Buckets
 
 PREFIX = ".datapipe-buckets-"
@@ -131,7 +131,7 @@ def _find(directory: Path, prefix: str, count: int, buckets: int,
 def _load_intact(path: Path, count: int, buckets: int, always_hash: bool) -> BucketIndex | None:
     """The index in the file, if it holds what its name and summary say (else removed)."""
     try:
-        ids = np.load(path, mmap_mode="r")
+        ids = load_mapped(path)
         summary = BucketSummary.from_json(summary_path(path).read_text())
         stamp = file_stamp(path)
     except (OSError, ValueError, EOFError, TypeError, KeyError):

@@ -23,7 +23,7 @@ import numpy as np
 
 from datapipe.format.dataset import Dataset
 from datapipe.format.hashing import hash_bytes
-from datapipe.format.stamped_files import file_stamp, summary_path, write_atomically
+from datapipe.format.stamped_files import file_stamp, load_mapped, summary_path, write_atomically
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _load_intact(path: Path, count: int,
     """The cached lengths, if the file holds what its name and summary say (else removed).
     Its content is hashed when the file changed since it last matched, or `always_hash`."""
     try:
-        lengths = np.load(path, mmap_mode="r")
+        lengths = load_mapped(path)
         summary = LengthSummary.from_json(summary_path(path).read_text())
         stamp = file_stamp(path)
     except (OSError, ValueError, EOFError, TypeError, KeyError):

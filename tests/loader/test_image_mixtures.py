@@ -16,6 +16,7 @@ import pytest
 import datapipe as dp
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format import Dataset
+from datapipe.format.stamped_files import mapped_file
 from tests.conftest import convert
 from tests.imagegen import make_image_folder
 from tests.loader.helpers import check_resume_at_every_step, run_world
@@ -338,7 +339,8 @@ def test_a_label_outside_its_datasets_classes_is_refused_when_a_batch_reads_it(
     wild = Path(shutil.copytree(zoo["wild"], tmp_path / "wild"))
     with Dataset(wild) as ds:
         column = ds.scalar_map("label")
-        path, at = Path(column.filename), column.offset + (len(column) - 1) * column.itemsize
+        path = Path(mapped_file(column))
+        at = path.stat().st_size - column.itemsize  # the last value: an .npy ends with its data
     stat = path.stat()
     with open(path, "r+b") as f:
         f.seek(at)
