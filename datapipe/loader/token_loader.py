@@ -35,6 +35,7 @@ from datapipe.loader.token_plans import (
     check_layout,
     check_padded_fit,
     check_text_dataset,
+    largest_total,
     overflow_policy,
     parse_cursor,
     plan_window_size,
@@ -265,8 +266,7 @@ class TokenLoader(LoaderBase):
         2 M tokens is 2 M)."""
         budget = self._batch_budget()
         if budget is None:
-            longest = [np.sort(n)[::-1][: self.batch_size] for n in self.source_lengths]
-            budget = int(np.sort(np.concatenate(longest))[::-1][: self.batch_size].sum())
+            budget = largest_total(self.source_lengths, self.batch_size)
         total = self.mixing.max_epoch_tokens() if self.mixing else self.length_summary.total
         return max(1, min(budget, total))
 

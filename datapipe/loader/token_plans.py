@@ -67,6 +67,17 @@ class WindowedRankPlan:
         return segment_ranges(at.plan, at.local, self.lengths)
 
 
+def largest_total(columns: list[np.ndarray], k: int, chunk: int = 1 << 22) -> int:
+    """The sum of the k largest values over every column, a chunk at a time: a partition per
+    chunk keeps k candidates, never a sorted copy of the corpus."""
+    best = np.zeros(0, dtype=np.int64)
+    for column in columns:
+        for i in range(0, len(column), chunk):
+            candidates = np.concatenate([best, np.asarray(column[i:i + chunk], dtype=np.int64)])
+            best = candidates if len(candidates) <= k else np.partition(candidates, -k)[-k:]
+    return int(best.sum())
+
+
 def check_padded_fit(lengths: np.ndarray, summary: LengthSummary, overflow: Overflow | None,
                      max_tokens: int, pad_to_multiple_of: int) -> None:
     """Every document the padded layout plans fits max_tokens alone: when the longest does,

@@ -50,20 +50,54 @@ class Overflow:
             return docs[keep], lengths[keep]
         return docs, lengths
 
-    def kept_lengths(self, lengths: np.ndarray) -> np.ndarray:
-        """The tokens each document brings to an epoch under the policy (0: dropped): what a
-        mixture weighs by tokens."""
+    def kept(self, values: np.ndarray) -> np.ndarray:
+        """The tokens each of these documents brings to an epoch under the policy (0:
+        dropped)."""
         if self.mode == "truncate":
-            return np.minimum(lengths, self.cap)
+            return np.minimum(values, self.cap)
         if self.mode == "drop":
-            return np.where(lengths > self.cap, 0, lengths)
-        return lengths
+            return np.where(values > self.cap, 0, values)
+        return values
+
+    def kept_lengths(self, lengths: np.ndarray) -> KeptLengths | np.ndarray:
+        """Every document's kept tokens, looked up as asked (what a mixture weighs by
+        tokens): no array the size of the corpus."""
+        return lengths if self.mode == "split" else KeptLengths(lengths, self)
 
     def dropped(self, lengths: np.ndarray) -> tuple[int, int]:
-        """(documents left out, tokens left out) of an epoch: what drop and truncate cost."""
-        over = lengths > self.cap
-        if self.mode == "drop":
-            return int(over.sum()), int(lengths[over].sum())
-        if self.mode == "truncate":
-            return 0, int((lengths[over] - self.cap).sum())
-        return 0, 0
+        """(documents left out, tokens left out) of an epoch: what drop and truncate cost,
+        counted a chunk at a time (a corpus of 10^9 lengths needs no 10^9 temporaries)."""
+        documents = tokens = 0
+        if self.mode == "split":
+            return 0, 0
+        for chunk in _chunks(lengths):
+            over = chunk[chunk > self.cap]
+            documents += len(over)
+            tokens += int(over.sum(dtype=np.int64)) - (
+                self.cap * len(over) if self.mode == "truncate" else 0)
+        return (documents if self.mode == "drop" else 0), tokens
+
+
+class KeptLengths:
+    """A source's lengths as the overflow policy keeps them, per lookup, over its memory-mapped
+    index: `len`, indexing by position or array, and `sum`."""
+
+    def __init__(self, lengths: np.ndarray, overflow: Overflow) -> None:
+        self.lengths, self.overflow = lengths, overflow
+        self.dtype = lengths.dtype
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, at: np.ndarray | int | slice) -> np.ndarray:
+        return self.overflow.kept(self.lengths[at])
+
+    def sum(self, dtype: type | None = None) -> int:
+        return sum(int(self.overflow.kept(c).sum(dtype=np.int64)) for c in _chunks(self.lengths))
+
+
+_CHUNK = 1 << 22  # lengths per pass: 32 MB of int64 temporaries at most
+
+
+def _chunks(lengths: np.ndarray) -> list[np.ndarray]:
+    return [lengths[i:i + _CHUNK] for i in range(0, len(lengths), _CHUNK)]

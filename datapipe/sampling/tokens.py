@@ -2,8 +2,7 @@
 
 Everything is a pure function of (lengths, seed, epoch, settings), so resuming a TokenLoader,
 even in the middle of a packing buffer, needs only the batch counter. Resuming at another world
-size plans the pieces of documents not drawn yet again, with the same planner
-(`TokenRemainder`).
+size plans the pieces of documents not drawn yet again, with the same planner.
 
 A plan is a sequence of *segments* (document, start, end), grouped into *rows* (one sequence
 of a batch; for the fixed layout, one packed row of `seq_len` tokens) and rows into *batches*.
@@ -12,13 +11,11 @@ of a batch; for the fixed layout, one packed row of `seq_len` tokens) and rows i
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from datapipe.errors import ArgumentError
-from datapipe.sampling.elastic import drawn_prefix
 from datapipe.sampling.groups import follow_cuts, offsets, ranges
 
 LAYOUTS = ("packed", "padded", "fixed")
@@ -64,10 +61,6 @@ class Pieces:
     doc: np.ndarray
     start: np.ndarray
     end: np.ndarray
-
-    @classmethod
-    def whole(cls, order: np.ndarray, lengths: np.ndarray) -> Pieces:
-        return cls(order, np.zeros(len(order), dtype=np.int64), lengths[order].astype(np.int64))
 
     @property
     def sizes(self) -> np.ndarray:
@@ -261,67 +254,3 @@ def _best_fit_decreasing(sizes: np.ndarray,
             rooms.insert(j, left)
             room_rows.insert(j, row)
     return order, np.asarray(row_of, dtype=np.int64), opened
-
-
-def split_by_rank(plan: TokenPlan, rank: int, world_size: int) -> tuple[TokenPlan, np.ndarray]:
-    """Round-robin batches over ranks; every rank gets the same count, the shortfall made up by
-    repeats flagged as padding (so ranks step together and real batches are seen once)."""
-    n = len(plan)
-    if world_size == 1:
-        return plan, np.zeros(n, dtype=bool)  # every batch, in order: nothing to take
-    per_rank = -(-n // world_size) if n else 0
-    ids = np.arange(per_rank * world_size)
-    is_pad = ids >= n
-    ids = np.where(is_pad, ids % max(n, 1), ids)
-    return plan.take(ids[rank::world_size]), is_pad[rank::world_size]
-
-
-def undrawn_pieces(plan: TokenPlan, drawn_batches: int, epoch_place: np.ndarray) -> Pieces:
-    """The segments of the batches after the first `drawn_batches`, back in epoch order
-    (`epoch_place[d]`: document d's place in the epoch's order, then by start), with the pieces
-    of a document that meet joined again, so a planner sees what is left as it would a fresh
-    (shorter) epoch."""
-    first = plan.row_offsets[plan.batch_offsets[drawn_batches]]
-    doc, start, end = plan.doc[first:], plan.start[first:], plan.end[first:]
-    by_place = np.lexsort((start, epoch_place[doc]))
-    doc, start, end = doc[by_place], start[by_place], end[by_place]
-    if not len(doc):
-        return Pieces(doc, start, end)
-    continues = np.zeros(len(doc), dtype=bool)
-    continues[1:] = (doc[1:] == doc[:-1]) & (start[1:] == end[:-1])
-    heads = np.flatnonzero(~continues)
-    tails = np.append(heads[1:], len(doc)) - 1
-    return Pieces(doc[heads], start[heads], end[tails])
-
-
-@dataclass(frozen=True)
-class TokenRemainder:
-    """What is left of an epoch of token batches: its global plan (batches as the ranks draw
-    them round robin) and how to plan the pieces left after a segment."""
-
-    plan: TokenPlan
-    replan: Callable[[Pieces], TokenPlan]
-    epoch_place: np.ndarray  # per document: its place in the epoch's order
-
-    @classmethod
-    def start(cls, order: np.ndarray, lengths: np.ndarray,
-              replan: Callable[[Pieces], TokenPlan]) -> TokenRemainder:
-        place = np.full(len(lengths), -1, dtype=np.int64)  # -1: not in this epoch (dropped)
-        place[order] = np.arange(len(order))
-        return cls(replan(Pieces.whole(order, lengths)), replan, place)
-
-    def batches_per_rank(self, world_size: int) -> int:
-        return -(-len(self.plan) // world_size)
-
-    def has_batches(self, world_size: int, count: int) -> bool:
-        return count <= self.batches_per_rank(world_size)
-
-    def after(self, world_size: int, batches_done: int) -> TokenRemainder:
-        drawn = drawn_prefix(len(self.plan), world_size, batches_done)
-        if drawn == 0:
-            return self
-        return replace(self, plan=self.replan(undrawn_pieces(self.plan, drawn,
-                                                             self.epoch_place)))
-
-    def rank_plan(self, rank: int, world_size: int) -> tuple[TokenPlan, np.ndarray]:
-        return split_by_rank(self.plan, rank, world_size)

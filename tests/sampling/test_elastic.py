@@ -17,12 +17,11 @@ from datapipe.sampling.order import KeyedOrder, SampleRemainder
 from datapipe.sampling.tokens import (
     Pieces,
     TokenPlan,
-    TokenRemainder,
     plan_fixed,
     plan_packed,
     plan_padded,
-    split_by_rank,
 )
+from tests.sampling.token_reference import TokenRemainder, split_by_rank
 
 # --- images --------------------------------------------------------------------------------
 

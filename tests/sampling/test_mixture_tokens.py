@@ -16,7 +16,8 @@ from datapipe.sampling.interleave import interleave, prefix
 from datapipe.sampling.mixture_tokens import TokenMixture
 from datapipe.sampling.mixture_weights import MixtureWeights
 from datapipe.sampling.token_windows import TokenWindows
-from datapipe.sampling.tokens import Pieces, TokenPlan, plan_packed
+from datapipe.sampling.tokens import TokenPlan, plan_packed
+from tests.sampling.token_reference import whole_pieces
 
 
 def token_mixture(sizes: tuple[int, ...], weights: tuple[float, ...], longest: int = 4000,
@@ -50,7 +51,7 @@ def whole_epoch(mix: TokenMixture, epoch: int) -> WholeEpoch:
 
 
 def packed(epoch: WholeEpoch, max_tokens: int) -> TokenPlan:
-    return plan_packed(Pieces.whole(epoch.order, epoch.lengths), max_tokens, 1, None)
+    return plan_packed(whole_pieces(epoch.order, epoch.lengths), max_tokens, 1, None)
 
 
 def tokens_per_batch(plan: TokenPlan, source: np.ndarray, sources: int) -> np.ndarray:
@@ -212,7 +213,7 @@ def test_counts_per_source_follow_the_windowed_plan() -> None:
         n = mix.epoch(1).size
         source, local = mix.window(1, w * width, min((w + 1) * width, n))
         ids = offsets[source] + local
-        return plan_packed(Pieces.whole(ids, lengths), 512, 1, None)
+        return plan_packed(whole_pieces(ids, lengths), 512, 1, None)
 
     n = mix.epoch(1).size
     windows = TokenWindows(-(-n // width), window, CombinedSources(offsets))

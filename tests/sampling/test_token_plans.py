@@ -20,13 +20,13 @@ from datapipe.sampling.order import KeyedOrder
 from datapipe.sampling.tokens import (
     Pieces,
     TokenPlan,
-    TokenRemainder,
     plan_fixed,
     plan_packed,
     plan_padded,
     round_up,
     split_documents,
 )
+from tests.sampling.token_reference import TokenRemainder
 
 # --- the reference: a Python step per batch, row and document ------------------------------
 
