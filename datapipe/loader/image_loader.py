@@ -242,7 +242,7 @@ class Loader(LoaderBase):
         # is a batch of 2,000.
         largest = self._largest_batch()
         if self.decode == "dali":
-            from datapipe.image.dali_backend import DaliProducer
+            from datapipe.loader.dali_batches import DaliProducer
 
             return DaliProducer(self.spec, largest, self.num_workers, self.device,
                                 self._feed.stream)

@@ -158,19 +158,19 @@ def test_corrupt_sample_names_shard_and_sample_or_is_skipped(tmp_path: Path) -> 
 
 def test_a_batch_only_dali_fails_on_is_decoded_on_the_cpu(
         shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from datapipe.image import dali_backend
+    from datapipe.loader import dali_batches
 
     calls = []
-    encoded = dali_backend._Feeder.encoded
+    encoded = dali_batches._Feeder.encoded
 
-    def garble_second_batch(self: dali_backend._Feeder, idx: np.ndarray) -> list:
+    def garble_second_batch(self: dali_batches._Feeder, idx: np.ndarray) -> list:
         views = encoded(self, idx)
         calls.append(1)
         if len(calls) == 2:  # only what DALI is handed is broken, not the shard
             views[0] = np.zeros(100, dtype=np.uint8)
         return views
 
-    monkeypatch.setattr(dali_backend._Feeder, "encoded", garble_second_batch)
+    monkeypatch.setattr(dali_batches._Feeder, "encoded", garble_second_batch)
     with pytest.warns(UserWarning, match="DALI failed on batch 1 ") as caught:
         dali = _epoch(shards, shuffle=False)
     assert len(caught) == 1
@@ -212,19 +212,19 @@ def test_dali_inputs_are_prepared_off_the_iterating_thread_which_never_outlives_
         shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from datapipe.image import dali_backend
+    from datapipe.loader import dali_batches
 
     threads = set()
-    encoded = dali_backend._Feeder.encoded
+    encoded = dali_batches._Feeder.encoded
 
-    def recording(self: dali_backend._Feeder, idx: np.ndarray) -> list:
+    def recording(self: dali_batches._Feeder, idx: np.ndarray) -> list:
         threads.add(threading.current_thread().name)
         return encoded(self, idx)
 
     def feeding() -> list[str]:
         return [t.name for t in threading.enumerate() if t.name == "datapipe-dali-feed"]
 
-    monkeypatch.setattr(dali_backend._Feeder, "encoded", recording)
+    monkeypatch.setattr(dali_batches._Feeder, "encoded", recording)
     with dp.Loader(shards, batch_size=4, num_workers=1, decode="dali", transform=CROP) as loader:
         next(iter(loader))  # abandoned after one batch
         assert not feeding(), "an abandoned run's thread has gone"
