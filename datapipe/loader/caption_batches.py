@@ -3,7 +3,9 @@
 The ids go straight into the shared batch buffer after the images, as (n, L) int64 rows and
 their attention mask, so the training process only makes views of them (nothing collated,
 nothing pickled per caption). Which caption of a sample is read is `caption_choice(seed,
-epoch, index)`: the same in a resumed run, whatever worker builds the batch.
+epoch, index)`: the same in a resumed run, whatever worker builds the batch. A producer whose
+images never pass through a batch buffer (DALI's) pads them into a buffer of their own
+(`caption_fields`), off the thread that iterates the loader.
 """
 
 from __future__ import annotations
@@ -92,3 +94,22 @@ def caption_tensors(slot: torch.Tensor, offset: int, meta: dict[str, Any]) -> di
     mask = slot[offset + size: offset + 2 * size].view(torch.int64).view(n, width)
     return {"input_ids": ids, "attention_mask": mask,
             "caption_index": torch.from_numpy(meta["caption_index"])}
+
+
+def caption_fields(collator: CaptionCollator, epoch: int, indices: np.ndarray,
+                   shards: np.ndarray, rows: np.ndarray, pin_memory: bool = False,
+                   ) -> dict[str, Any]:
+    """The batch's caption fields in a buffer of their own. Page-locked with `pin_memory`, so
+    that a copy to the GPU reads it in place (no staging copy where the batch is handed out)."""
+    buffer = torch.empty(caption_region(collator.layout, len(indices)), dtype=torch.uint8,
+                         pin_memory=pin_memory)
+    filled = collator.fill(epoch, indices, shards, rows, buffer.numpy())
+    return caption_tensors(buffer, 0, {"count": len(indices), **filled})
+
+
+def captions_to_columns(meta: dict[str, Any], buffer: torch.Tensor, offset: int) -> None:
+    """A built batch's caption rows (at `offset` of the `buffer` it was built in) moved among
+    its columns as fields, for a producer that hands its images out apart from that buffer."""
+    if "caption_width" in meta:
+        meta["columns"] = {**caption_tensors(buffer, offset, meta), **meta["columns"]}
+        del meta["caption_width"], meta["caption_index"]

@@ -105,7 +105,8 @@ class Loader(LoaderBase):
 
     A dataset converted with captions (``--tokenizer``) hands out, beside ``image``,
     ``input_ids`` and ``attention_mask`` (B, L) int64 and ``caption_index`` (which caption of
-    the sample was drawn: a pure function of seed, epoch and index), collated in the workers.
+    the sample was drawn: a pure function of seed, epoch and index), collated in the workers
+    (with ``decode="dali"``, in the thread that prepares DALI's inputs).
     ``captions="openclip" | "clip" | "siglip"`` or ``dp.Captions(context_length=...,
     padding="max_length" | "longest", pad_id=...)`` shapes them; ``captions=False`` leaves them
     out. See docs/captions.md.
@@ -141,10 +142,6 @@ class Loader(LoaderBase):
         epoch_size = check_optional("epoch_size", epoch_size, minimum=1)
         wanted_classes = check_classes(classes)
         asked_captions = as_captions(captions)
-        if decode == "dali" and asked_captions:
-            raise ArgumentError("captions need decode='cpu': the workers collate them")
-        if decode == "dali":  # a captioned dataset's images alone, never a silent half batch
-            asked_captions = False
         self.mixing = check_mixture_arguments(path, weights, epoch_size, reweight, cache_dir,
                                               cache_size)
         super().__init__(describe(path), fields)
@@ -242,7 +239,7 @@ class Loader(LoaderBase):
         # is a batch of 2,000.
         largest = self._largest_batch()
         if self.decode == "dali":
-            from datapipe.image.dali_backend import DaliProducer
+            from datapipe.loader.dali_batches import DaliProducer
 
             return DaliProducer(self.spec, largest, self.num_workers, self.device,
                                 self._feed.stream)

@@ -1,4 +1,5 @@
-"""decode="dali": the DALI producer behind `Loader`, checked against the CPU path."""
+"""decode="dali": the DALI producer behind `Loader`, checked against the CPU path (images,
+extra columns, and a captioned dataset's drawn captions)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import datapipe as dp
 import datapipe.cli
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format import Dataset
+from tests.captions_data import caption, clip_style_tokenizer, write_captioned_tar
 from tests.conftest import convert
 from tests.imagegen import make_image_folder
 from tests.loader.helpers import check_resume_at_every_step, indices_of
@@ -158,19 +160,19 @@ def test_corrupt_sample_names_shard_and_sample_or_is_skipped(tmp_path: Path) -> 
 
 def test_a_batch_only_dali_fails_on_is_decoded_on_the_cpu(
         shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from datapipe.image import dali_backend
+    from datapipe.loader import dali_batches
 
     calls = []
-    encoded = dali_backend._Feeder.encoded
+    encoded = dali_batches._Feeder.encoded
 
-    def garble_second_batch(self: dali_backend._Feeder, idx: np.ndarray) -> list:
+    def garble_second_batch(self: dali_batches._Feeder, idx: np.ndarray) -> list:
         views = encoded(self, idx)
         calls.append(1)
         if len(calls) == 2:  # only what DALI is handed is broken, not the shard
             views[0] = np.zeros(100, dtype=np.uint8)
         return views
 
-    monkeypatch.setattr(dali_backend._Feeder, "encoded", garble_second_batch)
+    monkeypatch.setattr(dali_batches._Feeder, "encoded", garble_second_batch)
     with pytest.warns(UserWarning, match="DALI failed on batch 1 ") as caught:
         dali = _epoch(shards, shuffle=False)
     assert len(caught) == 1
@@ -212,19 +214,19 @@ def test_dali_inputs_are_prepared_off_the_iterating_thread_which_never_outlives_
         shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from datapipe.image import dali_backend
+    from datapipe.loader import dali_batches
 
     threads = set()
-    encoded = dali_backend._Feeder.encoded
+    encoded = dali_batches._Feeder.encoded
 
-    def recording(self: dali_backend._Feeder, idx: np.ndarray) -> list:
+    def recording(self: dali_batches._Feeder, idx: np.ndarray) -> list:
         threads.add(threading.current_thread().name)
         return encoded(self, idx)
 
     def feeding() -> list[str]:
         return [t.name for t in threading.enumerate() if t.name == "datapipe-dali-feed"]
 
-    monkeypatch.setattr(dali_backend._Feeder, "encoded", recording)
+    monkeypatch.setattr(dali_batches._Feeder, "encoded", recording)
     with dp.Loader(shards, batch_size=4, num_workers=1, decode="dali", transform=CROP) as loader:
         next(iter(loader))  # abandoned after one batch
         assert not feeding(), "an abandoned run's thread has gone"
@@ -288,3 +290,138 @@ def test_cuda_batches_are_not_dali_memory(shards: Path) -> None:
     for got, want in zip(late + kept, reference, strict=True):
         assert torch.equal(got.cpu(), want)
 
+
+
+# --- captions ----------------------------------------------------------------------------
+
+CAPTION_FIELDS = ("index", "caption_index", "input_ids", "attention_mask")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return clip_style_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+def _captioned(folder: Path, tokenizer: Path, captions: list, first: int = 0) -> Path:
+    write_captioned_tar(folder / "src" / "a.tar", captions, first)
+    convert("images", folder / "src" / "a.tar", folder / "out", "--short-side", 24,
+            "--workers", 1, "--tokenizer", tokenizer, "--shard-size", "12KB")
+    return folder / "out"
+
+
+@pytest.fixture(scope="module")
+def five(tmp_path_factory: pytest.TempPathFactory, tokenizer: Path) -> Path:
+    """14 images with five captions each, of different lengths, over uneven shards."""
+    return _captioned(tmp_path_factory.mktemp("five"), tokenizer,
+                      [[caption(n * 5 + k, words=2 + (n + k) % 7) for k in range(5)]
+                       for n in range(14)])
+
+
+def _same_captions(dali: list[dict], cpu: list[dict]) -> None:
+    """The same batches of the same samples, with the same caption rows, batch by batch."""
+    assert len(dali) == len(cpu)
+    for b, (d, c) in enumerate(zip(dali, cpu, strict=True)):
+        assert d.keys() == c.keys(), b
+        for key in CAPTION_FIELDS + (("source",) if "source" in c else ()):
+            assert d[key].dtype == c[key].dtype and torch.equal(d[key], c[key]), (b, key)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {},  # the dataset's longest caption, padding="longest"
+    {"captions": "openclip", "seed": 5},
+    {"captions": "siglip", "rank": 2, "world_size": 3},  # a padding sample too
+    {"captions": dp.Captions(context_length=4)},  # longer captions cut, end of text kept
+], ids=["longest", "openclip", "siglip-rank", "cut"])
+def test_captions_are_the_cpu_paths_batch_by_batch(five: Path, kwargs: dict) -> None:
+    for epoch in (0, 3):  # another epoch draws other captions
+        dali = _epoch(five, "dali", epoch, **kwargs)
+        _same_captions(dali, _epoch(five, "cpu", epoch, **kwargs))
+        assert all(d["input_ids"].shape[0] == d["image"].shape[0] for d in dali)
+    assert len({int(c) for d in dali for c in d["caption_index"]}) > 1
+
+
+def test_the_caption_rows_are_the_stored_ids_of_the_drawn_caption(five: Path) -> None:
+    with Dataset(five) as ds:
+        stored = {i: np.split(ds[i]["caption_ids"], np.cumsum(ds[i]["caption_lengths"])[:-1])
+                  for i in range(len(ds))}
+    for batch in _epoch(five, "dali", 1, captions="openclip"):
+        assert batch["input_ids"].shape == (len(batch["index"]), 77)
+        for i, c, row, mask in zip(batch["index"], batch["caption_index"], batch["input_ids"],
+                                   batch["attention_mask"], strict=True):
+            assert row[mask.bool()].tolist() == stored[int(i)][int(c)].tolist()
+            assert not row[~mask.bool()].any()  # OpenCLIP pads with 0
+
+
+def test_captions_resume_exactly_at_every_step(five: Path) -> None:
+    check_resume_at_every_step(lambda: dp.Loader(five, batch_size=4, num_workers=1,
+                                                 decode="dali", transform=CROP, seed=7,
+                                                 captions="openclip"), epoch=3)
+
+
+def test_a_mixture_of_captioned_datasets_matches_the_cpu_path_and_resumes(
+        tmp_path: Path, five: Path, tokenizer: Path) -> None:
+    other = _captioned(tmp_path / "one", tokenizer, [caption(n) for n in range(100, 109)], 100)
+
+    def make(decode: str = "dali") -> dp.Loader:
+        return dp.Loader({"five": five, "one": other}, batch_size=5, num_workers=1,
+                         transform=CROP, seed=2, weights={"five": 0.6, "one": 0.4},
+                         captions="clip", decode=decode)
+
+    batches = []
+    for decode in ("dali", "cpu"):
+        with make(decode) as loader:
+            loader.set_epoch(1)
+            batches.append(list(loader))
+    _same_captions(*batches)
+    assert {int(s) for b in batches[0] for s in b["source"]} == {0, 1}
+    check_resume_at_every_step(make, epoch=1)
+
+
+def test_captions_are_padded_off_the_iterating_thread(five: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from datapipe.loader.caption_batches import CaptionCollator
+
+    threads = []
+    fill = CaptionCollator.fill
+
+    def recording(self: CaptionCollator, *args: object) -> dict:
+        threads.append(threading.current_thread().name)
+        return fill(self, *args)
+
+    monkeypatch.setattr(CaptionCollator, "fill", recording)
+    batches = _epoch(five, "dali", captions="openclip")
+    assert all("input_ids" in b for b in batches)
+    assert threads == ["datapipe-dali-feed"] * len(batches)
+
+
+def test_a_batch_only_dali_fails_on_keeps_its_captions(
+        five: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from datapipe.loader import dali_batches
+
+    calls = []
+    encoded = dali_batches._Feeder.encoded
+
+    def garble_second_batch(self: dali_batches._Feeder, idx: np.ndarray) -> list:
+        views = encoded(self, idx)
+        calls.append(1)
+        if len(calls) == 2:
+            views[0] = np.zeros(100, dtype=np.uint8)
+        return views
+
+    monkeypatch.setattr(dali_batches._Feeder, "encoded", garble_second_batch)
+    with pytest.warns(UserWarning, match="DALI failed on batch 1 "):
+        dali = _epoch(five, "dali", 2, captions="siglip")
+    cpu = _epoch(five, "cpu", 2, captions="siglip")
+    assert torch.equal(dali[1]["image"], cpu[1]["image"])  # batch 1 came from the CPU path
+    _same_captions(dali, cpu)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_caption_rows_arrive_with_the_images(five: Path) -> None:
+    on_gpu = _epoch(five, "dali", device="cuda", captions="openclip")
+    assert all(b["input_ids"].is_cuda and b["attention_mask"].is_cuda for b in on_gpu)
+    _same_captions([{k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in b.items()}
+                    for b in on_gpu], _epoch(five, "cpu", captions="openclip"))

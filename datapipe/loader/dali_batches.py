@@ -6,6 +6,11 @@ batch): the same boxes as decode="cpu", repeatable, and unchanged by a resume mi
 own random operators (`image_random_crop`, `coin_flip`) would give none of that: their state
 depends on how many batches the pipeline has run. DALI decodes only the box (ROI decode).
 
+A batch's other fields (labels, ids, extra columns, and a captioned dataset's drawn captions,
+padded as the workers pad them on the CPU path) are read with its inputs by the thread that
+prepares them, and wait there for the batch's images: the thread that iterates the loader only
+drives DALI.
+
 DALI cannot say which sample of a batch it failed on, and an error invalidates its pipeline. A
 failed batch is therefore rebuilt on the CPU path, which names the bad sample (on_error="raise")
 or skips it (on_error="skip"); DALI resumes with a fresh pipeline from the next batch.
@@ -26,7 +31,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -34,6 +39,7 @@ import torch
 from datapipe.errors import ArgumentError
 from datapipe.format.concat import batch_ids
 from datapipe.image.transforms import plan_crops
+from datapipe.loader.caption_batches import caption_fields, captions_to_columns
 from datapipe.loader.device import CopyLeases
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec, batch_rng
 from datapipe.loader.workers import BatchTask
@@ -66,22 +72,35 @@ class _DaliFailure(Exception):
 _END = object()  # what the preparing thread hands over after a run's last batch
 
 
+class _Prepared(NamedTuple):
+    """One batch made ready for DALI by the preparing thread."""
+
+    batch_no: int
+    meta: dict[str, Any]  # the batch's fields but its images
+    views: list[np.ndarray]  # the encoded bytes, which DALI reads in place
+    inputs: tuple[Any, ...]  # what the external source hands DALI
+
+
 class _Feeder:
     """The pipeline's external source: per call, one batch of encoded bytes, crop boxes and
-    flips. DALI calls it from `schedule_run`, up to PREFETCH_DEPTH batches ahead.
+    flips. DALI calls it from `schedule_run`, up to PREFETCH_DEPTH batches ahead; the batch's
+    other fields wait for its images in `meta_of`.
 
-    A run's inputs are prepared ahead by a thread of its own: per batch that is a view and a
-    DALI tensor per sample, Python work the thread that iterates the loader would otherwise do.
-    DALI reads the arrays in place (`no_copy`), so they must stay unchanged until it is done
-    with them, PREFETCH_DEPTH iterations later: the bytes are views of the read-only shard
-    maps, and every array is kept for a few more calls than that."""
+    A run's batches are prepared ahead by a thread of its own: per batch that is a view and a
+    DALI tensor per sample, the batch's labels, columns and captions, Python work the thread
+    that iterates the loader would otherwise do. DALI reads the arrays in place (`no_copy`), so
+    they must stay unchanged until it is done with them, PREFETCH_DEPTH iterations later: the
+    bytes are views of the read-only shard maps, and every array is kept for a few more calls
+    than that."""
 
     def __init__(self, builder: ImageBatchBuilder, spec: ImageBatchSpec, tensors: Any,
-                 dataset_lock: threading.Lock) -> None:
+                 dataset_lock: threading.Lock, pin_captions: bool = False) -> None:
         self.builder, self.spec, self.tensors = builder, spec, tensors  # nvidia.dali.tensors
         self.dataset_lock = dataset_lock  # the dataset opens shards lazily: one thread at a time
+        self.pin_captions = pin_captions  # page-locked caption rows, for a copy to the GPU
         self.with_flip = spec.pipeline.flip is not None
-        self._fed: deque[tuple[Any, ...]] = deque(maxlen=PREFETCH_DEPTH + 2)
+        self._fed: deque[_Prepared] = deque(maxlen=PREFETCH_DEPTH + 2)
+        self._metas: dict[int, dict[str, Any]] = {}  # batches DALI took, by number
         self._ready: queue.Queue[Any] = queue.Queue()
         self._halt = threading.Event()
         self._halt.set()  # no run yet: a call ends DALI's epoch
@@ -90,6 +109,7 @@ class _Feeder:
     def start(self, plan: EpochPlan, epoch: int, first: int) -> None:
         self.stop()
         self._ready, self._halt = queue.Queue(maxsize=PREFETCH_DEPTH + 1), threading.Event()
+        self._metas = {}
         self._thread = threading.Thread(
             target=self._prepare_run, name="datapipe-dali-feed", daemon=True,
             args=(plan, epoch, range(first, len(plan)), self._ready, self._halt))
@@ -109,7 +129,12 @@ class _Feeder:
         if isinstance(item, BaseException):
             raise item
         self._fed.append(item)
-        return item[1:]
+        self._metas[item.batch_no] = item.meta
+        return item.inputs
+
+    def meta_of(self, b: int) -> dict[str, Any]:
+        """Batch b's fields but its images (DALI has taken its inputs)."""
+        return self._metas.pop(b)
 
     def _prepare_run(self, plan: EpochPlan, epoch: int, numbers: range, ready: queue.Queue,
                      halt: threading.Event) -> None:
@@ -122,9 +147,9 @@ class _Feeder:
                 return
         _offer(ready, _END, halt)
 
-    def _prepare(self, plan: EpochPlan, epoch: int, b: int) -> tuple[Any, ...]:
-        """(the views to keep, then the external source's outputs) for batch b."""
-        idx, _ = plan.batch(b)
+    def _prepare(self, plan: EpochPlan, epoch: int, b: int) -> _Prepared:
+        """Batch b made ready: DALI's inputs, the bytes they view, the batch's other fields."""
+        idx, is_pad = plan.batch(b)
         heights, widths = self.builder.heights, self.builder.widths
         boxes, flips = plan_crops(self.spec.pipeline, heights[idx], widths[idx],
                                   batch_rng(self.spec.seed, epoch, b))
@@ -135,7 +160,23 @@ class _Feeder:
         anchors = np.ascontiguousarray(boxes[:, :2], dtype=np.int32)  # (x0, y0): "WH" order
         shapes = np.ascontiguousarray(boxes[:, 2:], dtype=np.int32)  # (w, h)
         inputs = (encoded, anchors, shapes, flips.astype(np.int32))[:4 if self.with_flip else 3]
-        return (views, *inputs)
+        return _Prepared(b, self._meta(epoch, idx, is_pad), views, inputs)
+
+    def _meta(self, epoch: int, indices: np.ndarray, is_pad: np.ndarray) -> dict[str, Any]:
+        """What `ImageBatchBuilder.build` returns when every sample decodes, the drawn captions
+        (if any) among the columns as finished fields."""
+        builder = self.builder
+        meta: dict[str, Any] = {"count": len(indices), **batch_ids(builder.dataset, indices),
+                                "label": builder.labels[indices], "is_padding": is_pad,
+                                "skipped": []}
+        with self.dataset_lock:
+            captions: dict[str, Any] = {}
+            if builder.captions is not None:
+                shards, rows = builder.dataset.locate_many(indices)
+                captions = caption_fields(builder.captions, epoch, indices, shards, rows,
+                                          self.pin_captions)
+            meta["columns"] = {**captions, **builder.extras.of(indices)}  # the CPU path's order
+        return meta
 
     def encoded(self, idx: np.ndarray) -> list[np.ndarray]:
         """The samples' JPEG bytes: zero-copy views of the shards."""
@@ -203,7 +244,8 @@ class DaliProducer:
 
     def _new_pipeline(self) -> tuple[Any, _Feeder]:
         dali, cuda = self._dali, self.device.type == "cuda"
-        feeder = _Feeder(self.builder, self.spec, dali.tensors, self.dataset_lock)
+        feeder = _Feeder(self.builder, self.spec, dali.tensors, self.dataset_lock,
+                         pin_captions=cuda)
         device_id = (self.device.index if self.device.index is not None
                      else torch.cuda.current_device()) if cuda else None
         # exec_dynamic: outputs stay valid after the next iteration (CPU outputs are handed out
@@ -253,7 +295,7 @@ class DaliProducer:
                 except RuntimeError as exc:
                     raise _DaliFailure(_reason(exc)) from exc
                 tensor = self._to_torch(images)
-                meta = self._meta(*plan.batch(b))
+                meta = feeder.meta_of(b)
                 # Feeding and running DALI happen in the thread that iterates the loader.
                 meta["main_stages"] = {"feed": time.perf_counter() - started}
                 yield meta, tensor
@@ -263,16 +305,6 @@ class DaliProducer:
             pipe.reset()
         finally:  # finished, failed or abandoned: the preparing thread goes
             feeder.stop()
-
-    def _meta(self, indices: np.ndarray, is_pad: np.ndarray) -> dict[str, Any]:
-        """What `ImageBatchBuilder.build` returns when every sample decodes."""
-        builder = self.builder
-        meta: dict[str, Any] = {"count": len(indices), **batch_ids(builder.dataset, indices),
-                                "label": builder.labels[indices], "is_padding": is_pad,
-                                "skipped": []}
-        with self.dataset_lock:
-            meta["columns"] = builder.extras.of(indices)
-        return meta
 
     def _outputs(self, pipe: Any) -> Any:
         """The next outputs. On CUDA they are bound to our stream: DALI makes the stream wait
@@ -322,6 +354,8 @@ class DaliProducer:
                           f"result. DALI said: {error}", stacklevel=2)
         h, w = self.spec.out_size
         images = torch.from_numpy(out[: meta["count"] * h * w * 3]).view(-1, h, w, 3)
+        # The captions as a DALI batch carries them: fields of their own.
+        captions_to_columns(meta, torch.from_numpy(out), self.spec.caption_offset(len(indices)))
         return meta, images.to(self.device)
 
     def close(self) -> None:
