@@ -30,7 +30,7 @@ import contextlib
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,12 @@ from datapipe.format.cache import exclusive_lock
 from datapipe.format.hashing import StreamHash, hash_bytes
 from datapipe.format.manifest import Manifest
 from datapipe.format.schema import Column
-from datapipe.format.stamped_files import file_stamp, load_mapped, summary_path, write_atomically
+from datapipe.format.stamped_files import (
+    file_stamp,
+    load_intact,
+    summary_path,
+    write_atomically,
+)
 
 PREFIX = ".datapipe-scalars-"
 # Every shard's scalar columns, in shard order: (its first sample, {column: values}).
@@ -124,26 +129,13 @@ class ScalarMaps:
 
     def _load_intact(self, path: Path, column: Column) -> Mapped | None:
         """The column in the file, if it holds what its name and summary say (else the file
-        is removed). Its values are hashed when it changed since they last matched."""
-        try:
-            values = load_mapped(path)
-            summary = ColumnSummary.from_json(summary_path(path).read_text())
-            stamp = file_stamp(path)
-        except (OSError, ValueError, EOFError, TypeError, KeyError):
-            values = summary = None
-        if values is not None and summary is not None and values.ndim == 1 \
-                and values.dtype == column.numpy_dtype and summary.column == column.name \
-                and len(values) == summary.count == self.count:
-            if not self._always_hash and summary.checked == stamp:
-                return values, summary
-            if path.stem.endswith(f"-{_digest(values)}"):
-                summary = replace(summary, checked=stamp)
-                write_atomically(summary_path(path), summary.to_json().encode())
-                return values, summary
-        for stale in (path, summary_path(path)):
-            with contextlib.suppress(OSError):  # another process may have removed it first
-                stale.unlink()
-        return None
+        is removed)."""
+        return load_intact(path, ColumnSummary.from_json,
+                           lambda values, summary: values.ndim == 1
+                           and values.dtype == column.numpy_dtype
+                           and summary.column == column.name
+                           and len(values) == summary.count == self.count,
+                           _digest, self._always_hash)
 
     def _build(self, names: list[str]) -> dict[str, Mapped]:
         """The columns read from the shards, saved and mapped; in private arrays where they

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +28,10 @@ import numpy as np
 from datapipe.format.cache import exclusive_lock
 from datapipe.format.dataset import Dataset
 from datapipe.format.hashing import hash_bytes
-from datapipe.format.stamped_files import file_stamp, load_mapped, summary_path, write_atomically
+from datapipe.format.stamped_files import (
+    load_intact,
+    save_quietly,
+)
 from datapipe.image.buckets import Buckets
 
 PREFIX = ".datapipe-buckets-"
@@ -85,7 +87,7 @@ def bucket_index(dataset: Dataset, buckets: Buckets) -> BucketIndex:
             return found
         index = _build(dataset, buckets)
         path = directory / f"{prefix}{_content_digest(index.ids)}.npy"
-        if _save_quietly(path, index):
+        if save_quietly(path, index.ids, index.summary):
             saved = _load_intact(path, len(dataset), len(buckets.sizes), False)
             if saved is not None:
                 return saved
@@ -130,42 +132,12 @@ def _find(directory: Path, prefix: str, count: int, buckets: int,
 
 def _load_intact(path: Path, count: int, buckets: int, always_hash: bool) -> BucketIndex | None:
     """The index in the file, if it holds what its name and summary say (else removed)."""
-    try:
-        ids = load_mapped(path)
-        summary = BucketSummary.from_json(summary_path(path).read_text())
-        stamp = file_stamp(path)
-    except (OSError, ValueError, EOFError, TypeError, KeyError):
-        ids = summary = None
-    if ids is not None and summary is not None and ids.ndim == 1 \
-            and ids.dtype in (np.uint32, np.int64) and len(ids) == count == summary.count \
-            and len(summary.counts) == buckets and sum(summary.counts) == count:
-        if not always_hash and summary.checked == stamp:
-            return BucketIndex(ids, summary)
-        if path.stem.endswith(f"-{_content_digest(ids)}"):
-            summary = replace(summary, checked=stamp)
-            write_atomically(summary_path(path), summary.to_json().encode())
-            return BucketIndex(ids, summary)
-    for stale in (path, summary_path(path)):
-        with contextlib.suppress(OSError):  # another process may have removed it first
-            stale.unlink()
-    return None
-
-
-def _save_quietly(path: Path, index: BucketIndex) -> bool:
-    """Best effort (False: not saved). The summary goes first, stamped with the file it
-    describes (os.replace keeps the stamp), so an index is never there without it."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            np.save(f, index.ids)
-        stamped = replace(index.summary, checked=file_stamp(tmp))
-        if not write_atomically(summary_path(path), stamped.to_json().encode()):
-            raise OSError
-        os.replace(tmp, path)
-        return True
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        return False
+    found = load_intact(path, BucketSummary.from_json,
+                        lambda ids, summary: ids.ndim == 1 and ids.dtype in (np.uint32, np.int64)
+                        and len(ids) == count == summary.count
+                        and len(summary.counts) == buckets and sum(summary.counts) == count,
+                        _content_digest, always_hash)
+    return None if found is None else BucketIndex(*found)
 
 
 def _content_digest(ids: np.ndarray) -> str:

@@ -13,17 +13,18 @@ matches); an unchanged one is not re-read at every start. verify="open" hashes i
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from datapipe.format.dataset import Dataset
 from datapipe.format.hashing import hash_bytes
-from datapipe.format.stamped_files import file_stamp, load_mapped, summary_path, write_atomically
+from datapipe.format.stamped_files import (
+    load_intact,
+    save_quietly,
+)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def length_index(dataset: Dataset) -> tuple[np.ndarray, LengthSummary]:
     lengths = dataset.scalar("length").astype(np.int64)
     summary = LengthSummary.of(lengths)
     path = directory / f"{prefix}{_content_digest(lengths)}.npy"
-    if _save_quietly(path, lengths, summary):
+    if save_quietly(path, lengths, summary):
         found = _load_intact(path, len(dataset), False)
         if found is not None:
             return found
@@ -91,41 +92,9 @@ def length_index(dataset: Dataset) -> tuple[np.ndarray, LengthSummary]:
 
 def _load_intact(path: Path, count: int,
                  always_hash: bool) -> tuple[np.ndarray, LengthSummary] | None:
-    """The cached lengths, if the file holds what its name and summary say (else removed).
-    Its content is hashed when the file changed since it last matched, or `always_hash`."""
-    try:
-        lengths = load_mapped(path)
-        summary = LengthSummary.from_json(summary_path(path).read_text())
-        stamp = file_stamp(path)
-    except (OSError, ValueError, EOFError, TypeError, KeyError):
-        lengths = summary = None
-    if lengths is not None and summary is not None and lengths.dtype == np.int64 \
-            and len(lengths) == count == summary.count:
-        if not always_hash and summary.checked == stamp:
-            return lengths, summary
-        if path.stem.endswith(f"-{_content_digest(lengths)}"):
-            summary = replace(summary, checked=stamp)
-            write_atomically(summary_path(path), summary.to_json().encode())
-            return lengths, summary
-    for stale in (path, summary_path(path)):
-        with contextlib.suppress(OSError):  # another process may have removed it first
-            stale.unlink()
-    return None
+    """The cached lengths, if the file holds what its name and summary say (else removed)."""
+    return load_intact(path, LengthSummary.from_json,
+                       lambda lengths, summary: lengths.dtype == np.int64
+                       and len(lengths) == count == summary.count,
+                       _content_digest, always_hash)
 
-
-def _save_quietly(path: Path, lengths: np.ndarray, summary: LengthSummary) -> bool:
-    """Best effort (False: not saved): a read-only dataset directory just means no cache. The
-    summary goes first, stamped with the index file it describes (os.replace keeps the
-    stamp), so an index file is never there without its summary."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            np.save(f, lengths)
-        stamped = replace(summary, checked=file_stamp(tmp))
-        if not write_atomically(summary_path(path), stamped.to_json().encode()):
-            raise OSError
-        os.replace(tmp, path)
-        return True
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        return False
