@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -77,6 +78,14 @@ def test_default_weights_give_every_image_once_per_epoch_each_batch_one_bucket(
         assert len(local) == BATCH_SIZES[k]
         assert {bucket_of[int(s), int(i)] for s, i in zip(source, local, strict=True)} == {k}
     assert _drawn(batches) == collections.Counter(bucket_of.keys())
+
+
+def test_without_shuffle_every_epoch_is_the_same_batches() -> None:
+    mix = _mix(shuffle=False)
+    epochs = [_epoch_batches(mix, e, 2) for e in range(2)]
+    assert _drawn(epochs[0]) == collections.Counter(_bucket_of(mix).keys())
+    assert all(k0 == k1 and np.array_equal(l0, l1) for (k0, _, l0, _), (k1, _, l1, _)
+               in zip(*epochs, strict=True))
 
 
 def test_each_source_gives_its_weights_quota_spread_over_its_buckets_by_their_sizes() -> None:
@@ -197,6 +206,13 @@ def test_a_plan_costs_what_its_batches_hold_at_any_size() -> None:
     first_batches(100_000)  # imports, caches
     small, huge = first_batches(100_000), first_batches(4_000_000_000)
     assert huge < 5 * small + 0.05, (small, huge)
+    tracemalloc.start()
+    try:
+        first_batches(4_000_000_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak  # a chunk of batches' arrays, nothing per image
 
 
 def test_a_bucket_index_that_does_not_match_its_source_is_refused() -> None:
