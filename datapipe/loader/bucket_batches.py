@@ -26,9 +26,12 @@ from datapipe.image.transforms import Pipeline
 from datapipe.image.worker_steps import ViewDecoder
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.image_batches import ImageBatchBuilder, ImageBatchSpec, batch_rng
+from datapipe.loader.mixing import describe
+from datapipe.loader.progress_state import LoaderPosition
 from datapipe.loader.workers import BatchTask
 from datapipe.sampling.bucket_order import BucketEpoch, BucketLayout, BucketStream
-from datapipe.sampling.elastic import Segment, follow
+from datapipe.sampling.elastic import Remainder, follow
+from datapipe.sampling.mixture_weights import WeightSchedule
 
 BUCKET_FIELDS = ("original_size", "crop_top_left", "target_size")
 
@@ -47,9 +50,8 @@ def check_buckets(buckets: Any, pipelines: list[Pipeline], views: Any, decode: s
                             "image per sample, at its bucket's size")
     if decode != "cpu":
         raise ArgumentError("buckets need decode='cpu': the workers plan each bucket's crops")
-    if mixture:
-        raise ArgumentError("buckets read one dataset: a mixture of datasets with buckets is "
-                            "not supported; convert the sources into one dataset")
+    if mixture and buckets.max_pixels is not None:
+        _check_no_phases(mixture)
     for step in pipelines[0].steps:
         if step.kind == "geometry":
             raise ArgumentError(f"{type(step).__name__} fixes the output size, which buckets "
@@ -59,6 +61,19 @@ def check_buckets(buckets: Any, pipelines: list[Pipeline], views: Any, decode: s
             raise ArgumentError(f"{step.stage_name} sets shape={step.shape}, but with buckets "
                                 "each batch has its bucket's size: leave shape= out")
     return buckets
+
+
+def _check_no_phases(mixture: Any) -> None:
+    """A mixture's phases begin at a step of batch_size x world_size samples (as unbucketed),
+    which a pixel budget per batch leaves without meaning: refused, and so is reweight=True,
+    which makes phases of a saved state's weights."""
+    phases = 1 if mixture.weights is None else len(
+        WeightSchedule.parse(mixture.weights, mixture.sources.names).phases)
+    if phases > 1 or mixture.reweight:
+        raise ArgumentError(f"{'reweight=True' if phases == 1 else 'weights'}: a mixture's "
+                            "phases begin at a step of batch_size samples, which "
+                            "Buckets(max_pixels=...) does not fix; give one set of weights, or "
+                            "batch_size instead of max_pixels")
 
 
 def largest(buckets: Buckets) -> tuple[int, int]:
@@ -121,33 +136,22 @@ class BucketBatchBuilder(ImageBatchBuilder):
                                        (len(keep), 1))}
 
 
-class Bucketing:
-    """What a bucketed Loader adds: each epoch's plan, the buffers for the largest bucket's
-    batch, the spec a batch was built with, progress and the identity a state must match."""
+class BucketingBase:
+    """What a bucketed Loader adds: the buffers for the largest bucket's batch, the spec a
+    batch was built with, the identity a state must match. Subclasses plan each epoch
+    (`start`) and count `progress` (one dataset here, a mixture in bucket_mixing.py)."""
 
-    def __init__(self, buckets: Buckets, index: BucketIndex, spec: ImageBatchSpec,
-                 loader: Any) -> None:
+    def __init__(self, buckets: Buckets, spec: ImageBatchSpec, batch_size: int) -> None:
         self.buckets = buckets
-        self.batch_sizes = buckets.batch_sizes(loader.batch_size)
-        self.layout = BucketLayout(index.ids, index.offsets, self.batch_sizes,
-                                   loader.drop_last, loader.seed, loader.shuffle)
+        self.batch_sizes = buckets.batch_sizes(batch_size)
         self.spec = BucketBatchSpec(spec, buckets.sizes, buckets.crop)
-        self.per_epoch = self.layout.images(self.layout.batches)
-        where = loader.path
-        summary = index.summary
-        if summary.far:
-            warnings.warn(f"{where}: {summary.far} of {summary.count} images are further than "
-                          f"max_aspect_error={buckets.max_aspect_error} from every bucket's "
-                          f"aspect ratio (worst {summary.worst:.2f}, a log-ratio); each goes to "
-                          "the nearest bucket and its crop cuts more", RuntimeWarning,
-                          stacklevel=3)
-        if not sum(self.layout.batches):
-            warnings.warn(f"{where}: drop_last=True drops every batch: every bucket holds "
-                          f"fewer images than its batch size {self.batch_sizes}",
-                          RuntimeWarning, stacklevel=3)
 
-    def start(self, epoch: int) -> BucketStream:
-        return BucketStream(BucketEpoch(self.layout, epoch))
+    def start(self, epoch: int, mixture: Any = None) -> Remainder:
+        raise NotImplementedError
+
+    def progress(self, position: LoaderPosition, world_size: int,
+                 mixture: Any = None) -> dict[str, dict[str, int]]:
+        raise NotImplementedError
 
     def producer(self, num_workers: int, prefetch: int, persistent: bool) -> BatchProducer:
         nbytes = max(spec.slot_nbytes(size) for spec, size in
@@ -157,14 +161,42 @@ class Bucketing:
     def spec_of(self, meta: dict[str, Any]) -> ImageBatchSpec:
         return self.spec.per_bucket[meta["bucket"]]
 
-    def images_drawn(self, epoch: int, lineage: tuple[Segment, ...], world_size: int,
-                     batches_done: int) -> int:
-        """Images all ranks drew: the epochs before whole, then this one's global batches."""
-        rest = follow(self.start(epoch), lineage, epoch).after(world_size, batches_done)
-        return epoch * self.per_epoch + rest.epoch.images_before(rest.drawn)
-
     def identity(self) -> dict[str, Any]:
         return {"buckets": {**self.buckets.identity(), "batch_sizes": list(self.batch_sizes)}}
+
+
+class Bucketing(BucketingBase):
+    """One dataset's bucketed epochs: its bucket index laid out, and the images drawn."""
+
+    def __init__(self, buckets: Buckets, index: BucketIndex, spec: ImageBatchSpec,
+                 loader: Any) -> None:
+        super().__init__(buckets, spec, loader.batch_size)
+        self.layout = BucketLayout(index.ids, index.offsets, self.batch_sizes,
+                                   loader.drop_last, loader.seed, loader.shuffle)
+        self.per_epoch = self.layout.images(self.layout.batches)
+        self.where = describe(loader.path)
+        summary = index.summary
+        if summary.far:
+            warnings.warn(f"{self.where}: {summary.far} of {summary.count} images are further "
+                          f"than max_aspect_error={buckets.max_aspect_error} from every "
+                          f"bucket's aspect ratio (worst {summary.worst:.2f}, a log-ratio); "
+                          "each goes to the nearest bucket and its crop cuts more",
+                          RuntimeWarning, stacklevel=4)
+        if not sum(self.layout.batches):
+            warnings.warn(f"{self.where}: drop_last=True drops every batch: every bucket holds "
+                          f"fewer images than its batch size {self.batch_sizes}",
+                          RuntimeWarning, stacklevel=4)
+
+    def start(self, epoch: int, mixture: Any = None) -> BucketStream:
+        return BucketStream(BucketEpoch(self.layout, epoch))
+
+    def progress(self, position: LoaderPosition, world_size: int,
+                 mixture: Any = None) -> dict[str, dict[str, int]]:
+        """Images all ranks drew: the epochs before whole, then this one's global batches."""
+        rest = follow(self.start(position.epoch), position.segments, position.epoch)
+        rest = rest.after(world_size, position.batches_done)
+        drawn = position.epoch * self.per_epoch + rest.epoch.images_before(rest.drawn)
+        return {self.where: {"samples": drawn}}
 
 
 @dataclass(frozen=True)

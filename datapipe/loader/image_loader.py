@@ -27,7 +27,8 @@ from datapipe.image.transforms import Pipeline, Transform
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
 from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
-from datapipe.loader.bucket_batches import BUCKET_FIELDS, Bucketing, check_buckets, largest
+from datapipe.loader.bucket_batches import BUCKET_FIELDS, check_buckets, largest
+from datapipe.loader.bucket_mixing import make_bucketing
 from datapipe.loader.caption_batches import caption_tensors
 from datapipe.loader.caption_fields import CAPTION_FIELDS, Captions, as_captions, dataset_captions
 from datapipe.loader.class_labels import ClassesArg, ClassLabels, check_classes, resolve_classes
@@ -113,7 +114,7 @@ class Loader(LoaderBase):
 
     ``buckets=dp.image.Buckets.of(sizes) | Buckets.kohya(...)`` batches images at their own
     aspect ratio (SDXL, kohya): each batch one bucket's, with ``original_size``,
-    ``crop_top_left`` and ``target_size`` (B, 2) int64. See docs/buckets.md.
+    ``crop_top_left`` and ``target_size`` (B, 2) int64; a mixture's too. See docs/buckets.md.
     """
 
     def __init__(self, path: str | Path | Sequence[str | Path] | Mapping[str, str | Path],
@@ -178,7 +179,7 @@ class Loader(LoaderBase):
         self.view_transforms = [BatchTransforms(steps, seed, v)
                                 for v, (_, steps) in enumerate(placed)]
         self.batch_transforms = self.view_transforms[0]
-        self.bucketing = Bucketing(self.buckets, self._bucket_index, self.spec, self) \
+        self.bucketing = make_bucketing(self.buckets, self._bucket_index, self.spec, self) \
             if self.buckets else None
         self._views = views is not None
         # Copies images from the batch buffers in place (page-locked) on CUDA.
@@ -211,7 +212,7 @@ class Loader(LoaderBase):
                     part.check_hashes()  # here, before workers fork: each shard hashed once
             sizes = [largest(self.buckets) if self.buckets else output_size(ds, p)
                      for p in pipelines]
-            self._bucket_index = bucket_index(ds, self.buckets) if self.buckets else None
+            self._bucket_index = [bucket_index(p, self.buckets) for p in parts if self.buckets]
             self.mixture: Mixture | None = None
             if self.mixing:
                 counts = tuple(len(p) for p in parts)
@@ -256,10 +257,10 @@ class Loader(LoaderBase):
     # --- the DataLoader-like surface -----------------------------------------------------
 
     def _epoch_start(self, epoch: int) -> SampleRemainder | MixtureRemainder:
+        if self.bucketing is not None:  # a mixture's too
+            return self.bucketing.start(epoch, self.mixture)
         if self.mixture is not None:
             return self.mixture.start(epoch)
-        if self.bucketing is not None:
-            return self.bucketing.start(epoch)
         order = KeyedOrder(self.num_samples, self.seed, epoch, self.shuffle)
         return SampleRemainder(order, self.batch_size, self.drop_last, self.shuffle)
 
@@ -363,15 +364,14 @@ class Loader(LoaderBase):
         """Samples each source of a mixture gave so far, all ranks together: the epochs before
         this one whole, then this one up to the last batch handed out (also in the state dict,
         as `progress`). One dataset counts as one source."""
+        if self.bucketing is not None:  # images, as the bucketed batches drew them
+            return self.bucketing.progress(self._position, self.world_size, self.mixture)
         if self.mixture is not None:
             return samples_drawn(self.mixture, self._position, self.world_size,
                                  self.mixing.sources.names)
         # One dataset: what all ranks drew of this epoch is where what is left of its order
         # starts, counted without planning anything (a mixture's counts: samples_drawn).
         position = self._position
-        if self.bucketing is not None:  # images, as the bucketed batches drew them
-            return {describe(self.path): {"samples": self.bucketing.images_drawn(
-                position.epoch, position.segments, self.world_size, position.batches_done)}}
         rest = follow(self._epoch_start(position.epoch), position.segments, position.epoch)
         drawn = rest.after(self.world_size, position.batches_done).start
         return {describe(self.path): {"samples": position.epoch * self.num_samples + drawn}}

@@ -21,6 +21,7 @@ but who draws which batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -65,11 +66,24 @@ class BucketLayout:
                                                     strict=True))
 
 
+class BucketBatches(Protocol):
+    """An epoch's global sequence of bucketed batches: one dataset's (BucketEpoch) or a
+    mixture's (sampling/bucket_mixture.py)."""
+
+    total: int
+    batch_sizes: tuple[int, ...]
+
+    def lookup(self, places: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """(bucket, ids, padding flags) of each global batch at `places`."""
+        ...
+
+
 class BucketEpoch:
     """Epoch `epoch`'s global sequence of bucketed batches."""
 
     def __init__(self, layout: BucketLayout, epoch: int) -> None:
         self.layout, self.epoch = layout, epoch
+        self.batch_sizes = layout.batch_sizes
         made = layout.batches
         present = np.array([k for k, c in enumerate(made) if c], dtype=np.int64)
         if layout.shuffle:
@@ -119,7 +133,7 @@ class BucketEpoch:
 class BucketStream:
     """What is left of an epoch of bucketed batches: its global sequence from `drawn` on."""
 
-    epoch: BucketEpoch
+    epoch: BucketBatches
     drawn: int = 0
 
     def batches_per_rank(self, world_size: int) -> int:
@@ -143,7 +157,7 @@ class RankBuckets:
     or past the end a padding repeat of what was left. Looked up a run of batches at a time
     (one keyed lookup per bucket in the run), so a batch costs the training thread little."""
 
-    epoch: BucketEpoch
+    epoch: BucketBatches
     drawn: int
     rank: int
     world_size: int
@@ -177,9 +191,8 @@ class RankBuckets:
     def _looked_up(self, b: int) -> tuple[int, np.ndarray, np.ndarray]:
         if not self.has(b):
             raise IndexError(f"batch {b} of {len(self)}")
-        layout = self.epoch.layout
-        per_chunk = max(1, min(1024, CHUNK_SAMPLES * len(layout.batch_sizes)
-                               // sum(layout.batch_sizes)))
+        sizes = self.epoch.batch_sizes
+        per_chunk = max(1, min(1024, CHUNK_SAMPLES * len(sizes) // sum(sizes)))
         first = b - b % per_chunk
         chunk = self._chunk
         if chunk is None or chunk[0] != first:

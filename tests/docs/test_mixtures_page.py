@@ -12,5 +12,5 @@ PAGE = ROOT / "docs" / "mixtures.md"
 
 def test_every_example_of_the_page_runs(tmp_path: Path) -> None:
     blocks = python_blocks(PAGE)
-    assert len(blocks) == 7
-    assert len(list(run_examples(blocks, tmp_path))) == 7
+    assert len(blocks) == 8
+    assert len(list(run_examples(blocks, tmp_path))) == 8

@@ -208,9 +208,3 @@ def test_what_cannot_be_bucketed_is_refused_in_one_line(photos: Path, kwargs: di
     with pytest.raises(ArgumentError) as error:
         _loader(photos, **kwargs)
     assert named in str(error.value) and "\n" not in str(error.value)
-
-
-def test_a_mixture_with_buckets_is_refused_in_one_line(photos: Path, tmp_path: Path) -> None:
-    other = _write(tmp_path / "other", SHAPES)
-    with pytest.raises(ArgumentError, match="a mixture of datasets with buckets is not"):
-        _loader([photos, other])
