@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from datapipe.errors import ArgumentError, DataError
@@ -19,7 +19,7 @@ from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.image.patch_geometry import GridGeometry
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
-from datapipe.loader.base import LoaderBase, refuse_empty
+from datapipe.loader.base import refuse_empty
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
@@ -31,14 +31,14 @@ from datapipe.loader.patch_collate import batch_keys, collate_patches
 from datapipe.loader.patch_epochs import PatchCounts, check_fits, patch_planner, window_images
 from datapipe.loader.patch_presets import PatchSettings, resolve_preset
 from datapipe.loader.progress_state import manifest_fingerprint
-from datapipe.loader.token_plans import WindowedRankPlan, parse_cursor
-from datapipe.sampling.token_windows import TokenStream, WindowStart
+from datapipe.loader.token_plans import WindowedRankPlan
+from datapipe.loader.windowed_loader import WindowedLoader
 
 OVERSIZE = ("refuse", "downscale")
 STANDARD_COLUMNS = {"image", "label", "height", "width"}
 
 
-class PatchLoader(LoaderBase):
+class PatchLoader(WindowedLoader):
     """Batches of images as patch sequences, sized by a patch budget.
 
     `preset="qwen2_vl"`: packed `pixel_values` (sum N, 1176) float32 exactly as transformers'
@@ -107,7 +107,6 @@ class PatchLoader(LoaderBase):
         self._planner = patch_planner(self.layout, self.counts, self.max_patches,
                                       self._row_patches(), self.plan_window, self.pack_window,
                                       self.shuffle, self.seed)
-        self._starts: dict[int, TokenStream] = {}
         self._patches_seen = self._patches_budgeted = 0
         self.skipped: list[tuple[int, str]] = []
         self.spec = PatchBatchSpec(self.path, self.settings.patches, self.layout,
@@ -182,20 +181,6 @@ class PatchLoader(LoaderBase):
         check_fits(self.counts, self.max_patches, describe(self.path))
         return settings
 
-    # --- plans ---------------------------------------------------------------------------
-
-    def _epoch_start(self, epoch: int) -> TokenStream:
-        start = self._starts.get(epoch)
-        if start is None:
-            while len(self._starts) >= 2:
-                del self._starts[next(iter(self._starts))]
-            start = self._starts[epoch] = self._planner.epoch(epoch)
-        return start
-
-    def _rank_plan(self, rest: TokenStream, epoch: int) -> WindowedRankPlan:
-        # No lengths: an image is never cut, so no piece carries a target on.
-        return WindowedRankPlan(rest.rank_plan(self.rank, self.world_size))
-
     # --- iteration -----------------------------------------------------------------------
 
     def _pass_batches(self) -> Iterator[dict[str, Any]]:
@@ -214,22 +199,16 @@ class PatchLoader(LoaderBase):
                           f"failed to decode this epoch (first: {self.skipped[0][1]}); see "
                           "loader.skipped", stacklevel=2)
 
-    def _host_batches(self, plan: WindowedRankPlan, epoch: int,
-                      start: int) -> Iterator[tuple[int, dict[str, Any]]]:
-        upcoming = functools.partial(self._upcoming, epoch + 1)
-        for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start, upcoming),
-                                         start):
-            t0 = time.perf_counter()
-            batch = collate_patches(self.spec, meta, slot.numpy(), self.grid_field,
-                                    self.max_patches)
-            add_to_batch(batch, meta["columns"])
-            self.skipped.extend(meta["skipped"])
-            if not plan.padding(b):
-                self._patches_seen += batch["num_patches"]
-                self._patches_budgeted += round(batch["num_patches"] / batch["efficiency"]) \
-                    if batch["efficiency"] else 0
-            self._record(b, meta, {"collate": time.perf_counter() - t0})
-            yield b, batch
+    def _host_batch(self, b: int, meta: dict[str, Any], slot: np.ndarray,
+                    plan: WindowedRankPlan) -> dict[str, Any]:
+        batch = collate_patches(self.spec, meta, slot, self.grid_field, self.max_patches)
+        add_to_batch(batch, meta["columns"])
+        self.skipped.extend(meta["skipped"])
+        if not plan.padding(b):
+            self._patches_seen += batch["num_patches"]
+            self._patches_budgeted += round(batch["num_patches"] / batch["efficiency"]) \
+                if batch["efficiency"] else 0
+        return batch
 
     @property
     def efficiency(self) -> float:
@@ -250,31 +229,8 @@ class PatchLoader(LoaderBase):
         return {describe(self.path): {"images": images + position.epoch * per_epoch,
                                       "patches_this_epoch": patches}}
 
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        plan = self._plan(self._position.epoch)
-        state["cursor"] = plan.rank_windows.cursor(self._position.batches_done).to_json()
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        cursor = parse_cursor(state.get("cursor") if isinstance(state, dict) else None)
-        epoch = None
-        if cursor is not None:
-            epoch = check_counter("load_state_dict: the state's epoch", state.get("epoch"))
-            self._learn_cursor(epoch, cursor)
-        try:
-            super().load_state_dict(state)
-        except ArgumentError:
-            if epoch is not None:  # a refused state's cursor must not place later batches
-                self._starts.pop(epoch, None)
-                self._plans.clear()
-            raise
-
-    def _learn_cursor(self, epoch: int, cursor: WindowStart) -> None:
-        """Where the state's window begins, so that restoring plans that window alone."""
-        most = self.num_images * self.settings.patches.geometry.max_patches_per_image
-        self._epoch_start(epoch).windows.learn_checked(cursor, self.plan_window, most,
-                                                       f"epoch {epoch}")
+    def _epoch_amount_bound(self) -> int:
+        return self.num_images * self.settings.patches.geometry.max_patches_per_image
 
     def _identity(self) -> dict[str, Any]:
         geometry = dataclasses.asdict(self.settings.patches.geometry)
