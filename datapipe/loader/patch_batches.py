@@ -33,7 +33,7 @@ ON_ERROR = ("raise", "skip")
 class PatchBatchSpec:
     """Everything a worker needs to build patch batches (small and picklable)."""
 
-    directory: str | Location | Locations
+    directory: str | Location | Locations  # a mixture's: its sources, read as one
     patches: PatchSpec
     layout: str  # "packed" or "padded"
     capacity: int  # patch rows a buffer holds
@@ -43,6 +43,7 @@ class PatchBatchSpec:
     on_error: str = "raise"
     extra_columns: tuple[str, ...] = ()
     verify: str = "cheap"
+    label_maps: tuple[tuple[int, ...], ...] | None = None  # classes=: each source's renumbering
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
@@ -76,7 +77,7 @@ class PatchBatchBuilder:
         self.encoding = self.dataset.manifest.settings.get("encoding", "jpeg")
         self.heights = self.dataset.scalar_map("height")
         self.widths = self.dataset.scalar_map("width")
-        self.labels = BatchLabels(self.dataset, None)
+        self.labels = BatchLabels(self.dataset, spec.label_maps)
         self.extras = ExtraColumns(self.dataset, spec.extra_columns)
         self.producer = PatchProducer(spec.patches)
         self.seeds = SampleGenerators(spec.seed)
