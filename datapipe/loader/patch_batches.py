@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import ArgumentError, DataError
-from datapipe.format.concat import Locations, batch_ids, open_dataset
+from datapipe.format.concat import Locations, batch_ids, open_dataset, sample_where
 from datapipe.format.sources import Location
 from datapipe.image.patch_producer import PatchProducer, PatchSpec
 from datapipe.image.sample_random import SampleGenerators
@@ -128,7 +128,7 @@ class PatchBatchBuilder:
                 self.producer.produce(data, self.encoding, (int(heights[j]), int(widths[j])),
                                       (int(th[j]), int(tw[j])), mirrored[j], pixels[at:at + n])
             except Exception as exc:  # untrusted bytes: any decoder failure names the sample
-                reason = (f"{shard.path.name} row {int(rows[j])} (sample {index}): cannot "
+                reason = (f"{sample_where(self.dataset, shard, int(rows[j]), index)}: cannot "
                           f"decode: {type(exc).__name__}: {exc}")
                 if self.spec.on_error == "raise":
                     raise DataError(reason + " (pass on_error='skip' to skip such samples)") \

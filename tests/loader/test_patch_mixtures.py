@@ -228,3 +228,21 @@ def test_datasets_of_other_classes_are_renumbered_with_classes(data: dict[str, P
                                 strict=True):
                 labels[s].add(label)
     assert labels == {0: {0}, 1: {1}}
+
+
+def test_a_corrupt_image_is_named_by_its_own_dataset(data: dict[str, Path],
+                                                     tmp_path: Path) -> None:
+    """A mixture's sources may have shards of one name: the error gives the shard's whole path
+    and the image's id within its own dataset."""
+    make_photos(tmp_path / "src" / "class_0", [(64, 48), (80, 40), (50, 70)])
+    convert("images", tmp_path / "src", tmp_path / "broken", "--short-side", "0", "--format",
+            "msgpack")
+    shard = next((tmp_path / "broken").glob("shard-*"))
+    raw = bytearray(shard.read_bytes())
+    start = raw.find(b"\xff\xd8\xff")  # the first JPEG in the shard: break its header
+    raw[start:start + 40] = b"\x00" * 40
+    shard.write_bytes(bytes(raw))
+    paths = [data["small"], tmp_path / "broken"]
+    with qwen(paths) as mixed, pytest.raises(DataError) as err:
+        list(mixed)
+    assert f"{shard} row 0 (sample 0): cannot decode" in str(err.value)
