@@ -166,3 +166,13 @@ def batch_ids(dataset: Dataset | ConcatDataset, indices: np.ndarray,
         shards = dataset.locate_many(indices)[0]
     source = dataset.shard_source[shards]
     return {"index": indices - dataset.offsets[source], SOURCE_FIELD: source}
+
+
+def sample_where(dataset: Dataset | ConcatDataset, shard: ShardReader, row: int,
+                 index: int) -> str:
+    """A sample, as an error names it: a mixture's by its shard's whole path (its sources'
+    shards may share names) and its id within its own dataset."""
+    if isinstance(dataset, ConcatDataset):
+        local = int(dataset.split(np.array([index]))[1][0])
+        return f"{shard.where} row {row} (sample {local})"
+    return f"{shard.path.name} row {row} (sample {index})"

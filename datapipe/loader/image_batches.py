@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import ArgumentError, DataError
-from datapipe.format.concat import ConcatDataset, Locations, batch_ids, open_dataset
+from datapipe.format.concat import Locations, batch_ids, open_dataset, sample_where
 from datapipe.format.shard_reader import ShardReader
 from datapipe.format.sources import Location
 from datapipe.image.cpu_decode import decode_into
@@ -179,12 +179,7 @@ class ImageBatchBuilder:
         return {}
 
     def _where(self, shard: ShardReader, row: int, index: int) -> str:
-        """A sample, as an error names it: a mixture's by its shard's whole path (its sources'
-        shards may share names) and its id within its own dataset."""
-        if isinstance(self.dataset, ConcatDataset):
-            local = int(self.dataset.split(np.array([index]))[1][0])
-            return f"{shard.where} row {row} (sample {local})"
-        return f"{shard.path.name} row {row} (sample {index})"
+        return sample_where(self.dataset, shard, row, index)
 
     def _refuse_or_skip(self, reason: str, index: int, skipped: list[tuple[int, str]],
                         cause: BaseException | None = None) -> None:

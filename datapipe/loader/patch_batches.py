@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.errors import ArgumentError, DataError
-from datapipe.format.concat import Locations, batch_ids, open_dataset
+from datapipe.format.concat import Locations, batch_ids, open_dataset, sample_where
 from datapipe.format.sources import Location
 from datapipe.image.patch_producer import PatchProducer, PatchSpec
 from datapipe.image.sample_random import SampleGenerators
@@ -33,7 +33,7 @@ ON_ERROR = ("raise", "skip")
 class PatchBatchSpec:
     """Everything a worker needs to build patch batches (small and picklable)."""
 
-    directory: str | Location | Locations
+    directory: str | Location | Locations  # a mixture's: its sources, read as one
     patches: PatchSpec
     layout: str  # "packed" or "padded"
     capacity: int  # patch rows a buffer holds
@@ -43,6 +43,7 @@ class PatchBatchSpec:
     on_error: str = "raise"
     extra_columns: tuple[str, ...] = ()
     verify: str = "cheap"
+    label_maps: tuple[tuple[int, ...], ...] | None = None  # classes=: each source's renumbering
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
@@ -76,7 +77,7 @@ class PatchBatchBuilder:
         self.encoding = self.dataset.manifest.settings.get("encoding", "jpeg")
         self.heights = self.dataset.scalar_map("height")
         self.widths = self.dataset.scalar_map("width")
-        self.labels = BatchLabels(self.dataset, None)
+        self.labels = BatchLabels(self.dataset, spec.label_maps)
         self.extras = ExtraColumns(self.dataset, spec.extra_columns)
         self.producer = PatchProducer(spec.patches)
         self.seeds = SampleGenerators(spec.seed)
@@ -127,7 +128,7 @@ class PatchBatchBuilder:
                 self.producer.produce(data, self.encoding, (int(heights[j]), int(widths[j])),
                                       (int(th[j]), int(tw[j])), mirrored[j], pixels[at:at + n])
             except Exception as exc:  # untrusted bytes: any decoder failure names the sample
-                reason = (f"{shard.path.name} row {int(rows[j])} (sample {index}): cannot "
+                reason = (f"{sample_where(self.dataset, shard, int(rows[j]), index)}: cannot "
                           f"decode: {type(exc).__name__}: {exc}")
                 if self.spec.on_error == "raise":
                     raise DataError(reason + " (pass on_error='skip' to skip such samples)") \

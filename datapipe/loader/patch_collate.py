@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from datapipe.format.concat import SOURCE_FIELD
 from datapipe.loader.patch_batches import PatchBatchSpec
 
 PACKED_KEYS = ("pixel_values", "cu_seqlens", "max_seqlen", "patch_positions")
@@ -51,6 +52,8 @@ def collate_patches(spec: PatchBatchSpec, meta: dict[str, Any], slot: np.ndarray
     batch["index"] = torch.from_numpy(np.asarray(meta["index"], dtype=np.int64))
     batch["label"] = torch.from_numpy(np.asarray(meta["label"], dtype=np.int64))
     batch["is_padding"] = torch.from_numpy(np.asarray(meta["is_padding"], dtype=bool))
+    if SOURCE_FIELD in meta:  # a mixture's: each image's dataset, beside its index there
+        batch[SOURCE_FIELD] = torch.from_numpy(meta[SOURCE_FIELD])
     batch["num_patches"] = real
     batch["efficiency"] = real / computed if computed else 1.0
     return batch

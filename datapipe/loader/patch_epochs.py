@@ -5,12 +5,14 @@ sizes (memory-mapped scalar columns: no decode, nothing the size of the corpus).
 layout packs whole images best-fit-decreasing into rows of `max_patches` (the fixed layout's
 packer, one row a batch: no image is ever split); the padded layout gives each image a row of
 P patches and cuts batches of max_patches // P rows (the padded layout's planner). Windows,
-round-robin ranks with equal steps, exact and elastic resume: sampling/token_windows.py.
+round-robin ranks with equal steps, exact and elastic resume: sampling/token_windows.py. A
+mixture's windows are TokenLoader's (sampling/mixture_tokens.py), images for documents.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from datapipe.loader.token_epochs import TokenEpochPlanner
 WINDOW_BATCHES = 256
 WINDOW_IMAGES = (1 << 12, 1 << 18)
 _SAMPLE = 4096  # images whose mean patch count sizes the windows
+_CHUNK = 1 << 20  # images whose sizes are read at once in a pass over them all
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,13 +47,17 @@ class PatchCounts:
         ids = np.unique(np.linspace(0, len(self) - 1, min(len(self), _SAMPLE)).astype(np.int64))
         return float(self[ids].mean()) if len(ids) else 1.0
 
+    def total(self) -> int:
+        """Patches of every image, summed a chunk of the memory-mapped sizes at a time."""
+        return sum(int(self[np.arange(lo, min(lo + _CHUNK, len(self)))].sum(dtype=np.int64))
+                   for lo in range(0, len(self), _CHUNK))
+
 
 def first_too_large(counts: PatchCounts, budget: int) -> tuple[int, int] | None:
     """(image id, patches) of the first image with more patches than `budget`, or None; read
     in chunks of the memory-mapped sizes (only when the geometry's bound says one may be)."""
-    step = 1 << 20
-    for lo in range(0, len(counts), step):
-        chunk = counts[np.arange(lo, min(lo + step, len(counts)))]
+    for lo in range(0, len(counts), _CHUNK):
+        chunk = counts[np.arange(lo, min(lo + _CHUNK, len(counts)))]
         over = np.flatnonzero(chunk > budget)
         if len(over):
             return lo + int(over[0]), int(chunk[over[0]])
@@ -79,15 +86,16 @@ def window_images(asked: int | None, budget: int, counts: PatchCounts) -> int:
 
 
 def patch_planner(layout: str, counts: PatchCounts, max_patches: int, row_patches: int,
-                  plan_window: int, pack_window: int, shuffle: bool,
-                  seed: int) -> TokenEpochPlanner:
-    """The windowed token planner set for patch batches (see the module's docstring)."""
+                  plan_window: int, pack_window: int, shuffle: bool, seed: int,
+                  mixing: Any = None) -> TokenEpochPlanner:
+    """The windowed token planner set for patch batches (see the module's docstring);
+    `mixing`: a mixture's TokenMixing, whose windows of images it packs."""
     if layout == "packed":
         return TokenEpochPlanner("fixed", None, None, max_patches, 1, 1, 1, 1, pack_window,
-                                 plan_window, shuffle, seed, None, counts)
+                                 plan_window, shuffle, seed, None, counts, mixing)
     rows = max_patches // row_patches
     if rows < 1:
         raise ArgumentError(f"max_patches={max_patches} holds no image of {row_patches} "
                             "patches (the padded layout's row)")
     return TokenEpochPlanner("padded", rows * row_patches, rows, 0, rows, row_patches, 1, 64,
-                             pack_window, plan_window, shuffle, seed, None, counts)
+                             pack_window, plan_window, shuffle, seed, None, counts, mixing)

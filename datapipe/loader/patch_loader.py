@@ -5,40 +5,42 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from datapipe.errors import ArgumentError, DataError
-from datapipe.format.concat import open_dataset
+from datapipe.errors import ArgumentError
+from datapipe.format.concat import SOURCE_FIELD
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
-from datapipe.image.patch_geometry import GridGeometry
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
-from datapipe.loader.base import LoaderBase, refuse_empty
 from datapipe.loader.batch_loop import BatchProducer
+from datapipe.loader.class_labels import ClassesArg, check_classes
 from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.extra_columns import add_to_batch
-from datapipe.loader.extra_columns import choose as extra_column_names
-from datapipe.loader.mixing import describe
+from datapipe.loader.mixing import MixtureSetup, check_mixture_arguments, describe
 from datapipe.loader.patch_batches import PatchBatchBuilder, PatchBatchSpec
 from datapipe.loader.patch_collate import batch_keys, collate_patches
-from datapipe.loader.patch_epochs import PatchCounts, check_fits, patch_planner, window_images
+from datapipe.loader.patch_epochs import patch_planner, window_images
 from datapipe.loader.patch_presets import PatchSettings, resolve_preset
-from datapipe.loader.progress_state import manifest_fingerprint
-from datapipe.loader.token_plans import WindowedRankPlan, parse_cursor
-from datapipe.sampling.token_windows import TokenStream, WindowStart
+from datapipe.loader.patch_sources import PatchSources, fitted, read_sources
+from datapipe.loader.token_mixing import TokenMixing, step_unit
+from datapipe.loader.token_plans import WindowedRankPlan
+from datapipe.loader.windowed_loader import WindowedLoader
+from datapipe.sampling.mixture_weights import ScheduleArg
 
 OVERSIZE = ("refuse", "downscale")
-STANDARD_COLUMNS = {"image", "label", "height", "width"}
+# A mixture's weights, in images or in patches: TokenLoader's by documents or by tokens, an
+# image's patch count standing for a document's length.
+WEIGHT_UNITS = {"images": "documents", "patches": "tokens"}
 
 
-class PatchLoader(LoaderBase):
+class PatchLoader(WindowedLoader):
     """Batches of images as patch sequences, sized by a patch budget.
 
     `preset="qwen2_vl"`: packed `pixel_values` (sum N, 1176) float32 exactly as transformers'
@@ -58,9 +60,17 @@ class PatchLoader(LoaderBase):
     `oversize="downscale"` resized to fit. `flip=True` mirrors half the images (a pure
     function of seed, epoch and index). Shuffle, rank sharding with equal steps, exact and
     elastic resume and the `device=` hand-off are TokenLoader's (docs/patches.md).
+
+    `path` may name several image datasets (a list, or a dict name -> path) mixed by
+    `weights=`, by images (`weight_by="images"`) or by patches (`weight_by="patches"`), over
+    epochs of `epoch_size` images or patches (default: all of them), as TokenLoader mixes
+    documents by count or by tokens; `classes="union"` or a list renumbers datasets whose
+    classes differ. A batch then gains `source` (int64, one per image, aligned with `index`,
+    which is the image's id within its own dataset). See docs/mixtures.md.
     """
 
-    def __init__(self, path: str | Path, preset: str, max_patches: int | None = None, *,
+    def __init__(self, path: str | Path | Sequence[str | Path] | Mapping[str, str | Path],
+                 preset: str, max_patches: int | None = None, *,
                  batch_size: int | None = None, patch_size: int | None = None,
                  min_pixels: int | None = None, max_pixels: int | None = None,
                  max_num_patches: int | None = None,
@@ -75,8 +85,17 @@ class PatchLoader(LoaderBase):
                  on_error: str = "raise", verify: str = "cheap",
                  cache_dir: str | Path | None = None, cache_size: int | str | None = None,
                  fields: Iterable[str] | None = None,
-                 extra_columns: tuple[str, ...] | None = None) -> None:
-        super().__init__(path, fields)
+                 extra_columns: tuple[str, ...] | None = None, classes: ClassesArg = None,
+                 weights: ScheduleArg | None = None, weight_by: str = "images",
+                 epoch_size: int | None = None, reweight: bool = False) -> None:
+        super().__init__(describe(path), fields)
+        epoch_size = check_optional("epoch_size", epoch_size, minimum=1)
+        mixing = check_mixture_arguments(path, weights, epoch_size, reweight, cache_dir,
+                                         cache_size)
+        if weight_by not in WEIGHT_UNITS:
+            raise ArgumentError(f"weight_by must be one of {', '.join(WEIGHT_UNITS)}, got "
+                                f"{weight_by!r}")
+        self.weight_by, wanted_classes = weight_by, check_classes(classes)
         given = {k: v for k, v in {
             "layout": layout, "patch_size": patch_size, "merge_size": merge_size,
             "temporal_patch_size": temporal_patch_size, "min_pixels": min_pixels,
@@ -85,7 +104,8 @@ class PatchLoader(LoaderBase):
         settings = resolve_preset(preset, given)
         if oversize not in OVERSIZE:
             raise ArgumentError(f"oversize must be one of {OVERSIZE}, got {oversize!r}")
-        self.path = resolve_location(path, cache_dir, cache_size)
+        self.path = (mixing.sources.locations if mixing
+                     else resolve_location(path, cache_dir, cache_size))
         verify = check_verify_mode(verify)
         self.seed = check_counter("seed", seed)
         self.shuffle, self.flip = check_flag("shuffle", shuffle), check_flag("flip", flip)
@@ -99,24 +119,36 @@ class PatchLoader(LoaderBase):
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self._group_implicit = rank is None and world_size is None
         self.device = resolve_device(device)
-        extras = self._read_dataset(verify, extra_columns)
-        self.settings = self._fitted(settings, oversize)
+        sources = read_sources(self.path, tuple(map(str, self.path)) if mixing else
+                               (describe(path),), mixing, verify, extra_columns,
+                               wanted_classes)
+        self.classes, self._manifest = sources.labels.classes, sources.fingerprint
+        self.num_images = sources.num_images
+        self.settings = fitted(settings, oversize, self.max_patches)
+        sources.check_fits(self.settings.patches.geometry, self.max_patches)
+        self.counts = sources.combined(self.settings.patches.geometry)
         self.preset, self.grid_field = settings.preset, settings.grid_field
-        self._check_fields(batch_keys(self.layout, self.grid_field) + extras)
+        self.mixing = None if mixing is None else self._mixing(mixing, sources, weight_by,
+                                                               epoch_size)
+        self._check_fields(batch_keys(self.layout, self.grid_field) + sources.extras
+                           + ((SOURCE_FIELD,) if self.mixing else ()))
         self.plan_window = window_images(plan_window, self.max_patches, self.counts)
         self._planner = patch_planner(self.layout, self.counts, self.max_patches,
                                       self._row_patches(), self.plan_window, self.pack_window,
-                                      self.shuffle, self.seed)
-        self._starts: dict[int, TokenStream] = {}
+                                      self.shuffle, self.seed, self.mixing)
         self._patches_seen = self._patches_budgeted = 0
         self.skipped: list[tuple[int, str]] = []
-        self.spec = PatchBatchSpec(self.path, self.settings.patches, self.layout,
-                                   self._capacity(), self._row_patches(), self.seed, self.flip,
-                                   on_error, extras, verify)
+        self._start_producer(PatchBatchSpec(
+            self.path, self.settings.patches, self.layout, self._capacity(),
+            self._row_patches(), self.seed, self.flip, on_error, sources.extras, verify,
+            sources.labels.maps), num_workers, prefetch, persistent)
+
+    def _start_producer(self, spec: PatchBatchSpec, num_workers: int, prefetch: int,
+                        persistent: bool) -> None:
+        self.spec = spec
         self._feed = DeviceFeed(self.device, pin=("pixel_values",), record_stages=True)
-        self._producer = BatchProducer(functools.partial(PatchBatchBuilder, self.spec),
-                                       num_workers, prefetch, self.spec.slot_nbytes(),
-                                       persistent)
+        self._producer = BatchProducer(functools.partial(PatchBatchBuilder, spec),
+                                       num_workers, prefetch, spec.slot_nbytes(), persistent)
         self._producer.check_memory(self._passes.owner, f"a batch of up to "
                                     f"{self._capacity():,} patches of "
                                     f"{self.settings.patches.patch_dim} floats",
@@ -153,48 +185,24 @@ class PatchLoader(LoaderBase):
     def _capacity(self) -> int:
         return self.max_patches
 
-    def _read_dataset(self, verify: str, extra_columns: tuple[str, ...] | None
-                      ) -> tuple[str, ...]:
-        with open_dataset(self.path, verify=verify) as ds:
-            if ds.manifest.kind != "images":
-                raise DataError(f"{ds.directory}: a {ds.manifest.kind} dataset; PatchLoader "
-                                "reads images")
-            refuse_empty(ds)
-            if verify == "open":
-                ds.check_hashes()  # here, before workers fork: each shard hashed once
-            self.heights, self.widths = ds.scalar_map("height"), ds.scalar_map("width")
-            self.num_images = len(ds)
-            self._manifest = manifest_fingerprint(ds.manifest)
-            return extra_column_names(ds.manifest, extra_columns, STANDARD_COLUMNS)
-
-    def _fitted(self, settings: PatchSettings, oversize: str) -> PatchSettings:
-        """The settings once every image fits the budget: checked (refuse), or with
-        max_pixels lowered to what the budget holds (downscale)."""
-        geometry = settings.patches.geometry
-        if oversize == "downscale" and isinstance(geometry, GridGeometry) and \
-                geometry.max_patches_per_image > self.max_patches:
-            most = self.max_patches * geometry.patch_size ** 2
-            geometry = dataclasses.replace(geometry, max_pixels=most,
-                                           min_pixels=min(geometry.min_pixels, most))
-            settings = dataclasses.replace(settings, patches=dataclasses.replace(
-                settings.patches, geometry=geometry))
-        self.counts = PatchCounts(self.heights, self.widths, geometry)
-        check_fits(self.counts, self.max_patches, describe(self.path))
-        return settings
-
-    # --- plans ---------------------------------------------------------------------------
-
-    def _epoch_start(self, epoch: int) -> TokenStream:
-        start = self._starts.get(epoch)
-        if start is None:
-            while len(self._starts) >= 2:
-                del self._starts[next(iter(self._starts))]
-            start = self._starts[epoch] = self._planner.epoch(epoch)
-        return start
-
-    def _rank_plan(self, rest: TokenStream, epoch: int) -> WindowedRankPlan:
-        # No lengths: an image is never cut, so no piece carries a target on.
-        return WindowedRankPlan(rest.rank_plan(self.rank, self.world_size))
+    def _mixing(self, setup: MixtureSetup, sources: PatchSources, weight_by: str,
+                epoch_size: int | None) -> TokenMixing:
+        """A mixture's sources weighed as TokenLoader weighs documents, an image's patch
+        count for a document's length."""
+        unit = WEIGHT_UNITS[weight_by]
+        rows = self.max_patches // self._row_patches() if self.layout == "padded" else None
+        step = step_unit(unit, self.max_patches if unit == "tokens" else None, rows, None,
+                         self.world_size)
+        if step is None and setup.weights is not None and \
+                len(setup.schedule(()).phases) > 1:
+            raise ArgumentError(f"weights: phases by step with weight_by={weight_by!r} need a "
+                                f"fixed number of images a step (preset={self.preset!r} packs "
+                                "a varying number); give weight_by='patches'")
+        geometry = self.settings.patches.geometry
+        counts = sources.counts(geometry)
+        longest = min(geometry.max_patches_per_image, self.max_patches)
+        return TokenMixing(setup, counts, unit, epoch_size, self.seed, self.shuffle, step,
+                           [longest] * len(counts), [c.total() for c in counts])
 
     # --- iteration -----------------------------------------------------------------------
 
@@ -214,22 +222,16 @@ class PatchLoader(LoaderBase):
                           f"failed to decode this epoch (first: {self.skipped[0][1]}); see "
                           "loader.skipped", stacklevel=2)
 
-    def _host_batches(self, plan: WindowedRankPlan, epoch: int,
-                      start: int) -> Iterator[tuple[int, dict[str, Any]]]:
-        upcoming = functools.partial(self._upcoming, epoch + 1)
-        for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start, upcoming),
-                                         start):
-            t0 = time.perf_counter()
-            batch = collate_patches(self.spec, meta, slot.numpy(), self.grid_field,
-                                    self.max_patches)
-            add_to_batch(batch, meta["columns"])
-            self.skipped.extend(meta["skipped"])
-            if not plan.padding(b):
-                self._patches_seen += batch["num_patches"]
-                self._patches_budgeted += round(batch["num_patches"] / batch["efficiency"]) \
-                    if batch["efficiency"] else 0
-            self._record(b, meta, {"collate": time.perf_counter() - t0})
-            yield b, batch
+    def _host_batch(self, b: int, meta: dict[str, Any], slot: np.ndarray,
+                    plan: WindowedRankPlan) -> dict[str, Any]:
+        batch = collate_patches(self.spec, meta, slot, self.grid_field, self.max_patches)
+        add_to_batch(batch, meta["columns"])
+        self.skipped.extend(meta["skipped"])
+        if not plan.padding(b):
+            self._patches_seen += batch["num_patches"]
+            self._patches_budgeted += round(batch["num_patches"] / batch["efficiency"]) \
+                if batch["efficiency"] else 0
+        return batch
 
     @property
     def efficiency(self) -> float:
@@ -241,40 +243,22 @@ class PatchLoader(LoaderBase):
 
     def progress(self) -> dict[str, dict[str, int]]:
         """Images given so far, all ranks together (the epochs before this one whole), and
-        the patches of this epoch so far (also in the state dict, as `progress`)."""
+        the patches of this epoch so far (also in the state dict, as `progress`); a
+        mixture's images and patches of each source over all epochs so far."""
         position = self._position
         start = self._epoch_start(position.epoch)
+        if self.mixing is not None:
+            drawn = self.mixing.progress(position, self.world_size, start)
+            return {name: {"images": n["documents"], "patches": n["tokens"]}
+                    for name, n in drawn.items()}
         images, patches = start.drawn_by(position.segments, position.batches_done,
                                          self.world_size, position.epoch)
         per_epoch = self.num_images
         return {describe(self.path): {"images": images + position.epoch * per_epoch,
                                       "patches_this_epoch": patches}}
 
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        plan = self._plan(self._position.epoch)
-        state["cursor"] = plan.rank_windows.cursor(self._position.batches_done).to_json()
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        cursor = parse_cursor(state.get("cursor") if isinstance(state, dict) else None)
-        epoch = None
-        if cursor is not None:
-            epoch = check_counter("load_state_dict: the state's epoch", state.get("epoch"))
-            self._learn_cursor(epoch, cursor)
-        try:
-            super().load_state_dict(state)
-        except ArgumentError:
-            if epoch is not None:  # a refused state's cursor must not place later batches
-                self._starts.pop(epoch, None)
-                self._plans.clear()
-            raise
-
-    def _learn_cursor(self, epoch: int, cursor: WindowStart) -> None:
-        """Where the state's window begins, so that restoring plans that window alone."""
-        most = self.num_images * self.settings.patches.geometry.max_patches_per_image
-        self._epoch_start(epoch).windows.learn_checked(cursor, self.plan_window, most,
-                                                       f"epoch {epoch}")
+    def _epoch_amount_bound(self) -> int:
+        return self.num_images * self.settings.patches.geometry.max_patches_per_image
 
     def _identity(self) -> dict[str, Any]:
         geometry = dataclasses.asdict(self.settings.patches.geometry)
@@ -282,5 +266,12 @@ class PatchLoader(LoaderBase):
                 "max_patches": self.max_patches, "geometry": geometry,
                 "shuffle": self.shuffle, "seed": self.seed, "rank": self.rank,
                 "world_size": self.world_size, "pack_window": self.pack_window,
-                "plan_window": self.plan_window, "manifest": self._manifest}
+                "plan_window": self.plan_window, "manifest": self._manifest,
+                **(self._mixture_identity() if self.mixing else {})}
+
+    def _mixture_identity(self) -> dict[str, Any]:
+        """The mixture's entries, its unit named as this loader's argument is."""
+        identity = self.mixing.identity()
+        identity["weight_by"] = self.weight_by
+        return identity
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -12,12 +11,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from datapipe.errors import ArgumentError
 from datapipe.format.concat import SOURCE_FIELD, CombinedColumn, ConcatDataset, open_dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
-from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import prefetch_to_device, resolve_device
 from datapipe.loader.distributed import resolve_rank
@@ -37,12 +34,12 @@ from datapipe.loader.token_plans import (
     check_text_dataset,
     largest_total,
     overflow_policy,
-    parse_cursor,
     plan_window_size,
     rows_per_batch,
 )
+from datapipe.loader.windowed_loader import WindowedLoader
 from datapipe.sampling.mixture_weights import ScheduleArg
-from datapipe.sampling.token_windows import TokenStream, WindowStart
+from datapipe.sampling.token_windows import TokenStream
 from datapipe.text.collate import CollateOptions, Gathered, collate
 from datapipe.text.fields import OPTIONAL_FIELDS, resolve
 from datapipe.text.index import LengthSummary, length_index
@@ -57,7 +54,7 @@ BATCH_KEYS = {
 COMMON_KEYS = ("num_real_tokens", "num_loss_tokens", "efficiency", "index", "is_padding")
 
 
-class TokenLoader(LoaderBase):
+class TokenLoader(WindowedLoader):
     """Batches of documents from a datapipe text dataset, sized by a token budget.
 
     layout="packed": `input_ids` (1-D, all documents back to back), `cu_seqlens` (int32),
@@ -184,7 +181,6 @@ class TokenLoader(LoaderBase):
             self.pad_to_multiple_of, self.batch_multiple_of, self.bucket_batches,
             self.pack_window, self.plan_window, shuffle, seed, self.overflow, self.lengths,
             self.mixing)
-        self._starts: dict[int, TokenStream] = {}
         self._tokens_seen = self._tokens_computed = self._loss_tokens_seen = 0
         tokens = self._max_batch_tokens()
         self._producer = BatchProducer(
@@ -224,24 +220,6 @@ class TokenLoader(LoaderBase):
             self._manifest = manifest_fingerprint(ds.manifest)
             return extra_column_names(ds.manifest, extra_columns, standard)
 
-    def _source_offsets(self) -> Any:
-        return None if self.mixing is None else self.mixing.offsets
-
-    def _reweight(self, state: dict[str, Any]) -> bool:
-        if self.mixing is None:
-            return False
-        before = self.mixing.mixture
-        changed = self.mixing.reconcile(state, self._fresh_epoch_start)
-        if self.mixing.mixture is not before:  # planned with the weights before, or the state's
-            self._starts.clear()
-            self._plans.clear()
-        return changed
-
-    def _fresh_epoch_start(self, epoch: int) -> TokenStream:
-        """The epoch planned anew (the mixture's weights changed)."""
-        self._starts.clear()
-        return self._epoch_start(epoch)
-
     def _report_overflow(self) -> None:
         """Documents and tokens the policy leaves out of every epoch: counted, and said once."""
         each = [self.overflow.dropped(n) for n in self.source_lengths] if self.overflow else []
@@ -272,16 +250,6 @@ class TokenLoader(LoaderBase):
 
     # --- plans ---------------------------------------------------------------------------
 
-    def _epoch_start(self, epoch: int) -> TokenStream:
-        """The epoch's batches, planned a window at a time as they are asked for, kept for the
-        epoch under way and the next (progress() asks again)."""
-        start = self._starts.get(epoch)
-        if start is None:
-            while len(self._starts) >= 2:
-                del self._starts[next(iter(self._starts))]
-            start = self._starts[epoch] = self._planner.epoch(epoch)
-        return start
-
     def _rank_plan(self, rest: TokenStream, epoch: int) -> WindowedRankPlan:
         return self._planner.rank_plan(rest, self.rank, self.world_size)
 
@@ -299,27 +267,22 @@ class TokenLoader(LoaderBase):
             yield batch
         self._finish_empty(start, plan)
 
-    def _host_batches(self, plan: WindowedRankPlan, epoch: int,
-                      start: int) -> Iterator[tuple[int, dict[str, Any]]]:
-        upcoming = functools.partial(self._upcoming, epoch + 1)
-        for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start, upcoming),
-                                         start):
-            t0 = time.perf_counter()
-            tokens, mask = split_slot(slot.numpy(), self.token_dtype, self.has_loss_mask)
-            count = meta["count"]
-            pieces = Gathered(np.asarray(meta["index"], dtype=np.int64),
-                              np.asarray(meta["seg_starts"], dtype=np.int64), meta["after"],
-                              None if mask is None else mask[:count], meta.get(SOURCE_FIELD))
-            batch = collate(tokens[:count], np.asarray(meta["seg_lengths"], dtype=np.int64),
-                            np.asarray(meta["rows"], dtype=np.int64), self.collate_options,
-                            pieces)
-            batch["is_padding"] = plan.padding(b)
-            add_to_batch(batch, aligned_columns(meta["columns"], batch["index"]))
-            if not batch["is_padding"]:
-                self._tokens_seen += batch["num_real_tokens"]
-                self._tokens_computed += batch["input_ids"].numel()
-            self._record(b, meta, {"collate": time.perf_counter() - t0})
-            yield b, batch
+    def _host_batch(self, b: int, meta: dict[str, Any], slot: np.ndarray,
+                    plan: WindowedRankPlan) -> dict[str, Any]:
+        tokens, mask = split_slot(slot, self.token_dtype, self.has_loss_mask)
+        count = meta["count"]
+        pieces = Gathered(np.asarray(meta["index"], dtype=np.int64),
+                          np.asarray(meta["seg_starts"], dtype=np.int64), meta["after"],
+                          None if mask is None else mask[:count], meta.get(SOURCE_FIELD))
+        batch = collate(tokens[:count], np.asarray(meta["seg_lengths"], dtype=np.int64),
+                        np.asarray(meta["rows"], dtype=np.int64), self.collate_options,
+                        pieces)
+        batch["is_padding"] = plan.padding(b)
+        add_to_batch(batch, aligned_columns(meta["columns"], batch["index"]))
+        if not batch["is_padding"]:
+            self._tokens_seen += batch["num_real_tokens"]
+            self._tokens_computed += batch["input_ids"].numel()
+        return batch
 
     def progress(self) -> dict[str, dict[str, int]]:
         """Documents and tokens each source of a mixture gave so far, all ranks together:
@@ -339,33 +302,17 @@ class TokenLoader(LoaderBase):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["loss_tokens_seen"] = self._loss_tokens_seen
-        plan = self._plan(self._position.epoch)
-        state["cursor"] = plan.rank_windows.cursor(self._position.batches_done).to_json()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         # A state saved before it was kept carries none: the running total starts over.
         seen = check_counter("load_state_dict: the state's loss_tokens_seen",
                              state.get("loss_tokens_seen", 0) if isinstance(state, dict) else 0)
-        cursor = parse_cursor(state.get("cursor") if isinstance(state, dict) else None)
-        epoch = None
-        if cursor is not None:
-            epoch = check_counter("load_state_dict: the state's epoch", state.get("epoch"))
-            self._learn_cursor(epoch, cursor)
-        try:
-            super().load_state_dict(state)
-        except ArgumentError:
-            if epoch is not None:  # a refused state's cursor must not place later batches
-                self._starts.pop(epoch, None)
-                self._plans.clear()
-            raise
+        super().load_state_dict(state)
         self._loss_tokens_seen = seen
 
-    def _learn_cursor(self, epoch: int, cursor: WindowStart) -> None:
-        """Where the state's window begins, so that restoring plans that window alone."""
-        start = self._epoch_start(epoch)
-        tokens = self.mixing.max_epoch_tokens() if self.mixing else self.length_summary.total
-        start.windows.learn_checked(cursor, self.plan_window, tokens, f"epoch {epoch}")
+    def _epoch_amount_bound(self) -> int:
+        return self.length_summary.total
 
     @property
     def loss_tokens_seen(self) -> int:

@@ -11,7 +11,6 @@ sample's length; a sample is never split (its image tokens stay whole).
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ from datapipe.format.concat import SOURCE_FIELD
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
-from datapipe.loader.base import LoaderBase
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.device import DeviceFeed, resolve_device
 from datapipe.loader.distributed import resolve_rank
@@ -33,12 +31,12 @@ from datapipe.loader.patch_collate import grid_tensor
 from datapipe.loader.patch_presets import resolve_preset
 from datapipe.loader.token_epochs import TokenEpochPlanner
 from datapipe.loader.token_mixing import TokenMixing, step_unit
-from datapipe.loader.token_plans import WindowedRankPlan, parse_cursor
+from datapipe.loader.token_plans import WindowedRankPlan
 from datapipe.loader.vlm_batches import POSITIONS, ROWS, VLMBatchBuilder, VLMBatchSpec
 from datapipe.loader.vlm_sources import read_sources
+from datapipe.loader.windowed_loader import WindowedLoader
 from datapipe.sampling.mixture_weights import ScheduleArg
 from datapipe.sampling.overflow import Overflow
-from datapipe.sampling.token_windows import TokenStream
 
 OVERFLOW = ("refuse", "drop")
 PRESETS = ("qwen2_vl",)
@@ -48,7 +46,7 @@ BATCH_KEYS = ("input_ids", "labels", "position_ids", "mm_token_type_ids", "cu_se
 WINDOW_BATCHES = 256
 
 
-class VLMLoader(LoaderBase):
+class VLMLoader(WindowedLoader):
     """Packed batches of image conversations (`datapipe convert vlm`), sized by a token
     budget that counts each image's tokens.
 
@@ -118,7 +116,6 @@ class VLMLoader(LoaderBase):
         self._planner = TokenEpochPlanner(
             "packed", self.max_tokens, None, 0, 1, 1, 1, 1, self.pack_window,
             self.plan_window, self.shuffle, self.seed, drop, self.lengths, self.mixing)
-        self._starts: dict[int, TokenStream] = {}
         self.tokens_seen = self.loss_tokens_seen = 0
         self._start_producer(verify, num_workers, prefetch, persistent)
 
@@ -159,19 +156,6 @@ class VLMLoader(LoaderBase):
             raise ArgumentError(f"{describe(self.path)}: every sample is longer than "
                                 f"max_tokens={self.max_tokens}")
 
-    # --- plans ---------------------------------------------------------------------------
-
-    def _epoch_start(self, epoch: int) -> TokenStream:
-        start = self._starts.get(epoch)
-        if start is None:
-            while len(self._starts) >= 2:
-                del self._starts[next(iter(self._starts))]
-            start = self._starts[epoch] = self._planner.epoch(epoch)
-        return start
-
-    def _rank_plan(self, rest: TokenStream, epoch: int) -> WindowedRankPlan:
-        return WindowedRankPlan(rest.rank_plan(self.rank, self.world_size))
-
     # --- iteration -----------------------------------------------------------------------
 
     def _pass_batches(self) -> Iterator[dict[str, Any]]:
@@ -187,17 +171,8 @@ class VLMLoader(LoaderBase):
             yield batch
         self._finish_empty(start, plan)
 
-    def _host_batches(self, plan: WindowedRankPlan, epoch: int,
-                      start: int) -> Iterator[tuple[int, dict[str, Any]]]:
-        upcoming = functools.partial(self._upcoming, epoch + 1)
-        for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start, upcoming),
-                                         start):
-            t0 = time.perf_counter()
-            batch = self._collate(meta, slot.numpy())
-            self._record(b, meta, {"collate": time.perf_counter() - t0})
-            yield b, batch
-
-    def _collate(self, meta: dict[str, Any], slot: np.ndarray) -> dict[str, Any]:
+    def _host_batch(self, b: int, meta: dict[str, Any], slot: np.ndarray,
+                    plan: WindowedRankPlan) -> dict[str, Any]:
         """Tensors over the buffer the worker filled: nothing computed per token here."""
         tokens = meta["tokens"]
         rows = torch.from_numpy(self.spec.token_rows(slot))[:, :tokens]
@@ -230,8 +205,6 @@ class VLMLoader(LoaderBase):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        plan = self._plan(self._position.epoch)
-        state["cursor"] = plan.rank_windows.cursor(self._position.batches_done).to_json()
         state["tokens_seen"], state["loss_tokens_seen"] = self.tokens_seen, self.loss_tokens_seen
         return state
 
@@ -239,38 +212,11 @@ class VLMLoader(LoaderBase):
         seen = [check_counter(f"load_state_dict: the state's {name}",
                               state.get(name, 0) if isinstance(state, dict) else 0)
                 for name in ("tokens_seen", "loss_tokens_seen")]
-        cursor = parse_cursor(state.get("cursor") if isinstance(state, dict) else None)
-        epoch = None
-        if cursor is not None:
-            epoch = check_counter("load_state_dict: the state's epoch", state.get("epoch"))
-            most = self.mixing.max_epoch_tokens() if self.mixing else int(self.lengths.sum())
-            self._epoch_start(epoch).windows.learn_checked(cursor, self.plan_window, most,
-                                                           f"epoch {epoch}")
-        try:
-            super().load_state_dict(state)
-        except ArgumentError:
-            if epoch is not None:  # a refused state's cursor must not place later batches
-                self._starts.pop(epoch, None)
-                self._plans.clear()
-            raise
+        super().load_state_dict(state)
         self.tokens_seen, self.loss_tokens_seen = seen
 
-    def _source_offsets(self) -> Any:
-        return None if self.mixing is None else self.mixing.offsets
-
-    def _reweight(self, state: dict[str, Any]) -> bool:
-        if self.mixing is None:
-            return False
-        before = self.mixing.mixture
-        changed = self.mixing.reconcile(state, self._fresh_epoch_start)
-        if self.mixing.mixture is not before:  # planned with other weights: plan anew
-            self._starts.clear()
-            self._plans.clear()
-        return changed
-
-    def _fresh_epoch_start(self, epoch: int) -> TokenStream:
-        self._starts.clear()
-        return self._epoch_start(epoch)
+    def _epoch_amount_bound(self) -> int:
+        return int(self.lengths.sum())
 
     def _identity(self) -> dict[str, Any]:
         identity = self._own_identity()
