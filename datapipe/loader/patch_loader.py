@@ -202,7 +202,7 @@ class PatchLoader(WindowedLoader):
         counts = sources.counts(geometry)
         longest = min(geometry.max_patches_per_image, self.max_patches)
         return TokenMixing(setup, counts, unit, epoch_size, self.seed, self.shuffle, step,
-                           [longest] * len(counts), [c.total() for c in counts])
+                           [longest] * len(counts), sources.totals(geometry))
 
     # --- iteration -----------------------------------------------------------------------
 

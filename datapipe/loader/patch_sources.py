@@ -5,6 +5,8 @@ columns, the class list; and the patch counts the preset's resize rule gives tho
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,7 @@ from datapipe.loader.class_labels import ClassLabels, resolve_classes
 from datapipe.loader.extra_columns import choose as extra_column_names
 from datapipe.loader.patch_epochs import PatchCounts, check_fits
 from datapipe.loader.patch_presets import PatchSettings
+from datapipe.loader.patch_totals import patch_total
 from datapipe.loader.progress_state import manifest_fingerprint
 
 SIZE_COLUMNS = ("height", "width")
@@ -35,6 +38,7 @@ class PatchSources:
     fingerprint: Any  # the manifest's (a mixture's: by source name)
     extras: tuple[str, ...]  # the extra columns a batch carries
     labels: ClassLabels
+    totals_of: tuple[Callable[[PatchCounts], int], ...]  # per source: its patches, cached
 
     @property
     def num_images(self) -> int:
@@ -53,6 +57,11 @@ class PatchSources:
         offsets = offsets.astype(np.int64)
         return PatchCounts(CombinedColumn(self.heights, offsets),
                            CombinedColumn(self.widths, offsets), geometry)
+
+    def totals(self, geometry: Any) -> list[int]:
+        """Each source's patches summed, from the node's file where one was kept."""
+        return [total(counts) for total, counts in
+                zip(self.totals_of, self.counts(geometry), strict=True)]
 
     def check_fits(self, geometry: Any, max_patches: int) -> None:
         """Every image of every source fits one batch (else refused, naming its source)."""
@@ -81,9 +90,11 @@ def read_sources(path: Any, names: tuple[str, ...], mixing: Any, verify: str,
         else:
             extras = extra_column_names(ds.manifest, extra_columns, STANDARD_COLUMNS)
             fingerprint = manifest_fingerprint(ds.manifest)
+        totals = tuple(functools.partial(patch_total, p.side_directory, p.manifest_digest())
+                       for p in parts)
         return PatchSources(names, tuple(p.scalar_map("height") for p in parts),
                             tuple(p.scalar_map("width") for p in parts), fingerprint, extras,
-                            labels)
+                            labels, totals)
 
 
 def check_patch_dataset(ds: Dataset, name: str) -> None:

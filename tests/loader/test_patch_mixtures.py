@@ -17,6 +17,7 @@ import torch
 
 import datapipe as dp
 from datapipe.errors import ArgumentError, DataError
+from datapipe.loader.patch_epochs import PatchCounts
 from tests.conftest import convert
 from tests.loader.helpers import check_resume_at_every_step, run_world
 from tests.loader.patch_data import make_patch_dataset, make_photos
@@ -109,6 +110,30 @@ def test_weights_by_patches_give_each_source_its_share(data: dict[str, Path]) ->
     assert progress == {"small": {"images": 48, "patches": 2 * totals[0]},
                         "large": {"images": 10, "patches": totals[1]}}
     assert sum(b["num_patches"] for b in batches) == 2 * totals[0] + totals[1]
+
+
+def test_a_sources_patch_total_is_counted_once_per_node(data: dict[str, Path], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mixture by patches needs each source's total: counted by the first loader, kept beside
+    its shards, read by the next (which counts nothing); a kept total of another image count is
+    counted again."""
+    copies = {n: Path(shutil.copytree(data[n], tmp_path / n)) for n in COUNTS}
+    qwen(copies, weights=[1, 1], weight_by="patches").close()
+    kept = {n: list(copies[n].glob(".datapipe-patch-total-*.json")) for n in COUNTS}
+    assert all(len(files) == 1 for files in kept.values()), kept
+    small, large = (patches_of(grids_of(data[n])) for n in COUNTS)
+    assert json.loads(kept["small"][0].read_text()) == {"images": 24,
+                                                         "patches": sum(small.values())}
+    assert json.loads(kept["large"][0].read_text())["patches"] == sum(large.values())
+
+    def no_count(self: Any) -> int:
+        raise AssertionError("a kept total was counted again")
+
+    monkeypatch.setattr(PatchCounts, "total", no_count)
+    qwen(copies, weights=[1, 1], weight_by="patches").close()  # read, not counted
+    kept["small"][0].write_text(json.dumps({"images": 23, "patches": 1}))
+    with pytest.raises(AssertionError, match="counted again"):
+        qwen(copies, weights=[1, 1], weight_by="patches")
 
 
 def test_progress_counts_the_batches_handed_out_per_source(data: dict[str, Path]) -> None:
