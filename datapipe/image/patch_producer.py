@@ -6,11 +6,13 @@ when it is at least twice the target) into a uint8 scratch image; the C extensio
 each byte once and writes its normalised float (the mean/std table) to its places in the
 model's patch order (without it: the table, then NumPy's strided copy, ~3x slower). Nothing
 here knows batches: a loader that packs a conversation's text tokens and its images' patches
-into one sequence calls `PatchProducer.produce` per image just as the patch loader does.
+into one sequence calls `PatchProducer.produce` per image just as the patch loader does. A
+loader's per-image augmentation (patch_steps.py) runs between the decode and the patchify.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,14 +67,16 @@ class PatchProducer:
         return self._scratch[:size].reshape(height, width, 3)
 
     def produce(self, payload: bytes, encoding: str, stored: tuple[int, int],
-                target: tuple[int, int], flip: bool, out: np.ndarray) -> None:
-        """Decode `payload` (stored (height, width)), resize to `target`, flip if asked,
-        normalise, and write its patches into `out` ((patches, patch_dim) float32)."""
+                target: tuple[int, int], flip: bool, out: np.ndarray,
+                steps: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+        """Decode `payload` (stored (height, width)), resize to `target`, flip if asked, run
+        `steps` on the uint8 image (they keep its size), normalise, and write its patches into
+        `out` ((patches, patch_dim) float32)."""
         height, width = stored
         image = self._image(*target)
         box = np.array([0, 0, width, height], dtype=np.int64)
         decode_into(payload, encoding, height, width, box, flip, image)
-        self.patchify(image, out)
+        self.patchify(image if steps is None else steps(image), out)
 
     def patchify(self, image: np.ndarray, out: np.ndarray) -> None:
         """A decoded uint8 image (H, W, 3) at its target size into `out`, normalised."""

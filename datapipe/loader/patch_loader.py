@@ -18,6 +18,9 @@ from datapipe.format.concat import open_dataset
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
 from datapipe.image.patch_geometry import GridGeometry
+from datapipe.image.patch_steps import patch_steps
+from datapipe.image.placement import check_picklable
+from datapipe.image.transforms import Transform
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
 from datapipe.loader.base import LoaderBase, refuse_empty
 from datapipe.loader.batch_loop import BatchProducer
@@ -56,8 +59,11 @@ class PatchLoader(LoaderBase):
     whole images are packed best-fit-decreasing under it (an image is never split). An image
     with more patches than the budget is refused at construction, or with
     `oversize="downscale"` resized to fit. `flip=True` mirrors half the images (a pure
-    function of seed, epoch and index). Shuffle, rank sharding with equal steps, exact and
-    elastic resume and the `device=` hand-off are TokenLoader's (docs/patches.md).
+    function of seed, epoch and index); `transform` runs per-image steps in the workers on
+    each image at its planned size, before normalisation: `ColorJitter`, `PerSample` (the
+    user's function), the sample-step recipes (image/patch_steps.py). Shuffle, rank sharding
+    with equal steps, exact and elastic resume and the `device=` hand-off are TokenLoader's
+    (docs/patches.md).
     """
 
     def __init__(self, path: str | Path, preset: str, max_patches: int | None = None, *,
@@ -68,7 +74,8 @@ class PatchLoader(LoaderBase):
                  image_std: tuple[float, float, float] | None = None,
                  layout: str | None = None, merge_size: int | None = None,
                  temporal_patch_size: int | None = None, oversize: str = "refuse",
-                 flip: bool = False, shuffle: bool = True, seed: int = 0,
+                 flip: bool = False, transform: Transform | None = None,
+                 shuffle: bool = True, seed: int = 0,
                  num_workers: int = 0, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device = "cpu", prefetch: int = 2, persistent: bool = True,
                  pack_window: int = 4096, plan_window: int | None = None,
@@ -90,6 +97,9 @@ class PatchLoader(LoaderBase):
         self.seed = check_counter("seed", seed)
         self.shuffle, self.flip = check_flag("shuffle", shuffle), check_flag("flip", flip)
         num_workers = check_counter("num_workers", num_workers)
+        steps = patch_steps(transform)
+        if num_workers:
+            check_picklable(steps)
         prefetch = check_counter("prefetch", prefetch, minimum=1)
         self.pack_window = check_counter("pack_window", pack_window, minimum=1)
         plan_window = check_optional("plan_window", plan_window, minimum=1)
@@ -112,7 +122,7 @@ class PatchLoader(LoaderBase):
         self.skipped: list[tuple[int, str]] = []
         self.spec = PatchBatchSpec(self.path, self.settings.patches, self.layout,
                                    self._capacity(), self._row_patches(), self.seed, self.flip,
-                                   on_error, extras, verify)
+                                   on_error, extras, verify, steps)
         self._feed = DeviceFeed(self.device, pin=("pixel_values",), record_stages=True)
         self._producer = BatchProducer(functools.partial(PatchBatchBuilder, self.spec),
                                        num_workers, prefetch, self.spec.slot_nbytes(),

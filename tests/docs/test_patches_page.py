@@ -12,7 +12,7 @@ PAGE = ROOT / "docs" / "patches.md"
 
 def test_every_example_of_the_page_runs(tmp_path: Path) -> None:
     blocks = python_blocks(PAGE)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     results = list(run_examples(blocks, tmp_path))
-    assert len(results) == 2 and "patch efficiency" in results[1][1].stdout
+    assert len(results) == 3 and "patch efficiency" in results[1][1].stdout
     assert "patches.md" in (ROOT / "README.md").read_text()
