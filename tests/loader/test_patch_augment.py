@@ -14,6 +14,7 @@ import torch
 
 import datapipe as dp
 from datapipe.errors import ArgumentError, DataError
+from datapipe.image.augment import color_jitter
 from tests.loader.helpers import check_resume_at_every_step, indices_of
 from tests.loader.patch_data import make_patch_dataset
 
@@ -78,18 +79,24 @@ def images_of(loader: dp.PatchLoader, epoch: int = 0) -> dict[int, np.ndarray]:
     return out
 
 
+@pytest.mark.parametrize("path", ["C", "Pillow"])
 @pytest.mark.parametrize("adjustment", [
     {"brightness": (1.5, 1.5)}, {"brightness": (0.6, 0.6)}, {"contrast": (0.5, 0.5)},
     {"contrast": (1.6, 1.6)}, {"saturation": (1.8, 1.8)}, {"saturation": (0.3, 0.3)},
     {"hue": (0.15, 0.15)}, {"hue": (-0.3, -0.3)}, {"hue": (0.3, 0.3)}])
 def test_each_adjustment_equals_the_batched_color_jitter_on_the_same_image(
-        photos: Path, adjustment: dict) -> None:
+        photos: Path, adjustment: dict, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Per image in the workers, on uint8 before normalisation, what kornia's ColorJitter (the
-    loaders' batched form) gives in floats on the same decoded image: within a level (uint8
-    rounding) for brightness, contrast and saturation; hue goes through Pillow's 8-bit HSV
-    (torchvision's PIL path), under a level on average and a few on saturated pixels. The
-    untouched image is 14 levels or more away from every reference here."""
+    loaders' batched form) gives in floats on the same decoded image: within 2 levels
+    (torchvision's uint8 arithmetic floors the grey and truncates), 1.5 at most on average.
+    Without the C extension, hue goes through Pillow's 8-bit HSV (torchvision's PIL path): a
+    few levels on saturated pixels. The untouched image is 14 levels or more away from every
+    reference here."""
     kornia = pytest.importorskip("kornia.augmentation")
+    if path == "C":
+        pytest.importorskip("datapipe.image._colour")
+    else:  # set before the workers fork: they inherit it
+        monkeypatch.setattr(color_jitter, "_adjust_c", None)
     plain = images_of(siglip(photos))
     jittered = images_of(siglip(photos, transform=dp.image.ColorJitter(**adjustment),
                                 num_workers=2))
@@ -100,9 +107,10 @@ def test_each_adjustment_equals_the_batched_color_jitter_on_the_same_image(
         want = reference(floats)[0].permute(1, 2, 0).numpy() * 255
         error = np.abs(jittered[index].astype(np.float64) - want)
         errors.append(error.mean())
-        assert error.max() <= (10 if "hue" in adjustment else 1), (index, error.max())
+        assert error.max() <= (10 if "hue" in adjustment and path == "Pillow" else 2), \
+            (index, error.max())
         assert not np.array_equal(jittered[index], pixels)
-    assert max(errors) < 1.0, errors
+    assert max(errors) < 1.5, errors
 
 
 def test_jitter_is_drawn_per_seed_epoch_and_index(photos: Path) -> None:

@@ -2,10 +2,11 @@
 
 torchvision's ColorJitter: the four adjustments in a random order, each factor drawn uniformly
 from its range (a strength s gives [max(0, 1 - s), 1 + s], hue [-s, s]; an adjustment whose
-range is the identity is skipped). Brightness, contrast and saturation are the RandAugment
-family's ops (ops_sample.py: torchvision's uint8 arithmetic, each one pass in Pillow); hue is
-torchvision's own path for PIL images (the hue byte of Pillow's HSV shifted with wrap-around),
-two colour conversions in C where a float HSV round trip in NumPy costs several times more.
+range is the identity is skipped). Each adjustment is one pass of the C extension (colour.c:
+torchvision's arithmetic for uint8 tensors, hue through float HSV). Without it: the RandAugment
+family's ops for brightness, contrast and saturation (ops_sample.py, in Pillow) and
+torchvision's PIL path for hue (Pillow's 8-bit HSV, the hue byte turned), 5 to 20 times slower
+(Pillow's two HSV conversions cost ~6 ms for a 256 x 256 image).
 
 The batched form, for images that reach the device whole, is kornia's (batch_ops.py): it draws
 the same adjustments, on floats.
@@ -18,6 +19,11 @@ from PIL import Image
 
 from datapipe.image.augment.ops_sample import brightness, color, contrast
 from datapipe.image.transforms import ColorJitter
+
+try:  # the optional C extension (setup.py); Pillow does the same, slower, without it
+    from datapipe.image._colour import adjust as _adjust_c
+except ImportError:
+    _adjust_c = None
 
 Range = tuple[float, float]
 _NO_FILL = (0, 0, 0)  # the ops' fill argument: unused by the photometric ones
@@ -61,6 +67,11 @@ def adjust_hue(pixels: np.ndarray, shift: float) -> np.ndarray:
 
 
 def _apply(kind: int, pixels: np.ndarray, factor: float) -> np.ndarray:
+    if _adjust_c is not None:
+        pixels = np.ascontiguousarray(pixels)
+        out = np.empty_like(pixels)
+        _adjust_c(pixels, out, kind, factor)
+        return out
     if kind == 0:
         return brightness(pixels, factor - 1, _NO_FILL)
     if kind == 1:
