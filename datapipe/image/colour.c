@@ -8,7 +8,8 @@
    - saturation: v * f + (1 - f) * grey, the pixel's grey floored, clamped, truncated;
    - hue: the pixel in HSV (floats in [0, 1]), its hue turned by f (of a full turn) modulo 1,
      back to RGB, each value times 255 + 1 - 1e-3 truncated (to_dtype's float-to-byte rule).
-   Pillow's HSV (torchvision's PIL path) costs ~6 ms for a 256 x 256 image; this ~0.3 ms. */
+   For a 256 x 256 image on this project's machine: hue ~3 ms of CPU where Pillow's two HSV
+   conversions (torchvision's PIL path) take ~6; each blend under 1 ms (vectorized at -O3). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
