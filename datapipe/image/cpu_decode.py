@@ -101,6 +101,30 @@ def decode_into(payload: bytes, encoding: str, height: int, width: int,
     _store(np.asarray(resized), out, table)
 
 
+def decode_whole_into(payload: bytes, encoding: str, height: int, width: int, flip: bool,
+                      out: np.ndarray) -> None:
+    """The whole stored image resized to `out` (H, W, 3 uint8), flipped if asked: what
+    `decode_into` does with the image as its box, straight to the extension for a JPEG (the
+    patch producer's call, once per image: no box to build and check)."""
+    if encoding != "raw" and crop_into is not None:
+        out_h, out_w = out.shape[:2]
+        try:
+            crop_into(payload, (0, 0, width, height), _scale_denom(min(width / out_w,
+                                                                       height / out_h)),
+                      (0.0, 0.0, float(width), float(height)), flip, out,
+                      size=(width, height))
+            return
+        except ValueError:  # libjpeg declines: the general path uses PIL, or names why
+            pass
+    decode_into(payload, encoding, height, width, np.array([0, 0, width, height]), flip, out)
+
+
+def _scale_denom(reduction: float) -> int:
+    """The smallest 1/2^k DCT scale whose decode still covers an output `reduction` times
+    smaller than the crop."""
+    return 8 if reduction >= 8 else 4 if reduction >= 4 else 2 if reduction >= 2 else 1
+
+
 def _store(pixels: np.ndarray, out: np.ndarray, table: np.ndarray | None) -> None:
     """uint8 H x W x 3 pixels into `out`, through `table` when there is one."""
     if table is None:
@@ -118,7 +142,7 @@ def _region_into(payload: bytes, width: int, height: int, box: tuple[int, int, i
     x0, y0, cw, ch = box
     out_h, out_w = out.shape[:2]
     reduction = min(cw / out_w, ch / out_h)
-    denom = 8 if reduction >= 8 else 4 if reduction >= 4 else 2 if reduction >= 2 else 1
+    denom = _scale_denom(reduction)
     # A margin as wide as the resize filter's reach, so pixels at the crop's edge are filtered
     # from the same neighbours as in a full decode.
     margin = denom * (2 + int(reduction / denom))

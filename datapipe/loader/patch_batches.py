@@ -10,6 +10,7 @@ labels) travel beside it as metadata.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,10 @@ from datapipe.errors import ArgumentError, DataError
 from datapipe.format.concat import Locations, batch_ids, open_dataset, sample_where
 from datapipe.format.sources import Location
 from datapipe.image.patch_producer import PatchProducer, PatchSpec
+from datapipe.image.patch_steps import PatchSteps
 from datapipe.image.sample_random import SampleGenerators
+from datapipe.image.transforms import Transform
+from datapipe.image.worker_steps import StepFailed
 from datapipe.loader.class_labels import BatchLabels
 from datapipe.loader.extra_columns import ExtraColumns
 from datapipe.loader.workers import BatchTask, worker_timing
@@ -44,6 +48,7 @@ class PatchBatchSpec:
     extra_columns: tuple[str, ...] = ()
     verify: str = "cheap"
     label_maps: tuple[tuple[int, ...], ...] | None = None  # classes=: each source's renumbering
+    steps: tuple[Transform, ...] = ()  # per-image augmentation (image/patch_steps.py)
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
@@ -81,17 +86,19 @@ class PatchBatchBuilder:
         self.extras = ExtraColumns(self.dataset, spec.extra_columns)
         self.producer = PatchProducer(spec.patches)
         self.seeds = SampleGenerators(spec.seed)
+        self.steps = PatchSteps(spec.steps, spec.seed)
 
     def build(self, task: BatchTask, out: np.ndarray) -> dict[str, Any]:
         started = time.perf_counter()
         idx = task.indices
         shards, rows = self.dataset.locate_many(idx)
         pixels, positions, mask = self.spec.regions(out)
-        kept, skipped, read_s = self._fill(task, shards, rows, pixels, positions)
+        # Computed once a batch: NaFlex's bisection runs ~25 rounds over the batch's sizes.
+        targets = self.spec.patches.geometry.target_sizes(self.heights[idx], self.widths[idx])
+        kept, skipped, read_s = self._fill(task, shards, rows, targets, pixels, positions)
         keep = np.asarray(kept, dtype=np.int64)
-        grid_rows, grid_cols = self.spec.patches.geometry.grids(self.heights[idx[keep]],
-                                                       self.widths[idx[keep]])
-        grids = np.stack([grid_rows, grid_cols], axis=1).astype(np.int64)
+        p = self.spec.patches.geometry.patch_size
+        grids = np.stack([targets[0][keep] // p, targets[1][keep] // p], axis=1).astype(np.int64)
         counts = grids[:, 0] * grids[:, 1]
         if mask is not None:
             self._pad(pixels, positions, mask, counts)
@@ -102,16 +109,22 @@ class PatchBatchBuilder:
                 **batch_ids(self.dataset, idx[keep], shards[keep]),
                 "label": self.labels[idx[keep]], "is_padding": task.is_pad[keep],
                 "skipped": skipped, "columns": self.extras.of(idx[keep]),
-                "timing": worker_timing(started, ended, {"read": read_s,
-                                                         "decode": ended - started - read_s})}
+                "timing": worker_timing(started, ended, self._stages(ended - started, read_s))}
 
-    def _fill(self, task: BatchTask, shards: np.ndarray, rows: np.ndarray, pixels: np.ndarray,
+    def _stages(self, seconds: float, read_s: float) -> dict[str, float]:
+        """Seconds per stage: reading, each augmentation step by its name, decoding (and
+        laying out patches) the rest."""
+        steps = self.steps.take_seconds()
+        return {"read": read_s, **steps, "decode": seconds - read_s - sum(steps.values())}
+
+    def _fill(self, task: BatchTask, shards: np.ndarray, rows: np.ndarray,
+              targets: tuple[np.ndarray, np.ndarray], pixels: np.ndarray,
               positions: np.ndarray) -> tuple[list[int], list[tuple[int, str]], float]:
         """Each image's patches and their positions into place: (the batch places of those
         made, the images skipped and why, seconds reading)."""
         idx = task.indices
         heights, widths = self.heights[idx], self.widths[idx]
-        th, tw = self.spec.patches.geometry.target_sizes(heights, widths)
+        th, tw = targets
         p = self.spec.patches.geometry.patch_size
         mirrored = flips(self.seeds, task.epoch, idx) if self.spec.flip else [False] * len(idx)
         kept: list[int] = []
@@ -124,12 +137,18 @@ class PatchBatchBuilder:
             read_s += time.perf_counter() - t0
             n = int(th[j] // p * (tw[j] // p))
             at = pos if self.spec.layout == "packed" else len(kept) * self.spec.row_patches
+            steps = functools.partial(self.steps.run, epoch=task.epoch, index=index) \
+                if self.steps else None
             try:
                 self.producer.produce(data, self.encoding, (int(heights[j]), int(widths[j])),
-                                      (int(th[j]), int(tw[j])), mirrored[j], pixels[at:at + n])
-            except Exception as exc:  # untrusted bytes: any decoder failure names the sample
-                reason = (f"{sample_where(self.dataset, shard, int(rows[j]), index)}: cannot "
-                          f"decode: {type(exc).__name__}: {exc}")
+                                      (int(th[j]), int(tw[j])), mirrored[j], pixels[at:at + n],
+                                      steps)
+            except ArgumentError:
+                raise  # a step's wrong output: the step's fault, not the sample's
+            except Exception as exc:  # untrusted bytes or the user's step: names the sample
+                what = exc if isinstance(exc, StepFailed) else \
+                    f"cannot decode: {type(exc).__name__}: {exc}"
+                reason = f"{sample_where(self.dataset, shard, int(rows[j]), index)}: {what}"
                 if self.spec.on_error == "raise":
                     raise DataError(reason + " (pass on_error='skip' to skip such samples)") \
                         from exc

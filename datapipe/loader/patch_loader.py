@@ -17,6 +17,9 @@ from datapipe.errors import ArgumentError
 from datapipe.format.concat import SOURCE_FIELD
 from datapipe.format.integrity import check_verify_mode
 from datapipe.format.sources import resolve_location
+from datapipe.image.patch_steps import patch_steps
+from datapipe.image.placement import check_picklable
+from datapipe.image.transforms import Transform
 from datapipe.loader.arguments import check_counter, check_flag, check_optional
 from datapipe.loader.batch_loop import BatchProducer
 from datapipe.loader.class_labels import ClassesArg, check_classes
@@ -58,8 +61,11 @@ class PatchLoader(WindowedLoader):
     whole images are packed best-fit-decreasing under it (an image is never split). An image
     with more patches than the budget is refused at construction, or with
     `oversize="downscale"` resized to fit. `flip=True` mirrors half the images (a pure
-    function of seed, epoch and index). Shuffle, rank sharding with equal steps, exact and
-    elastic resume and the `device=` hand-off are TokenLoader's (docs/patches.md).
+    function of seed, epoch and index); `transform` runs per-image steps in the workers on
+    each image at its planned size, before normalisation: `ColorJitter`, `PerSample` (the
+    user's function), the sample-step recipes (image/patch_steps.py). Shuffle, rank sharding
+    with equal steps, exact and elastic resume and the `device=` hand-off are TokenLoader's
+    (docs/patches.md).
 
     `path` may name several image datasets (a list, or a dict name -> path) mixed by
     `weights=`, by images (`weight_by="images"`) or by patches (`weight_by="patches"`), over
@@ -78,7 +84,8 @@ class PatchLoader(WindowedLoader):
                  image_std: tuple[float, float, float] | None = None,
                  layout: str | None = None, merge_size: int | None = None,
                  temporal_patch_size: int | None = None, oversize: str = "refuse",
-                 flip: bool = False, shuffle: bool = True, seed: int = 0,
+                 flip: bool = False, transform: Transform | None = None,
+                 shuffle: bool = True, seed: int = 0,
                  num_workers: int = 0, rank: int | None = None, world_size: int | None = None,
                  device: str | torch.device = "cpu", prefetch: int = 2, persistent: bool = True,
                  pack_window: int = 4096, plan_window: int | None = None,
@@ -110,6 +117,9 @@ class PatchLoader(WindowedLoader):
         self.seed = check_counter("seed", seed)
         self.shuffle, self.flip = check_flag("shuffle", shuffle), check_flag("flip", flip)
         num_workers = check_counter("num_workers", num_workers)
+        steps = patch_steps(transform)
+        if num_workers:
+            check_picklable(steps)
         prefetch = check_counter("prefetch", prefetch, minimum=1)
         self.pack_window = check_counter("pack_window", pack_window, minimum=1)
         plan_window = check_optional("plan_window", plan_window, minimum=1)
@@ -141,7 +151,7 @@ class PatchLoader(WindowedLoader):
         self._start_producer(PatchBatchSpec(
             self.path, self.settings.patches, self.layout, self._capacity(),
             self._row_patches(), self.seed, self.flip, on_error, sources.extras, verify,
-            sources.labels.maps), num_workers, prefetch, persistent)
+            sources.labels.maps, steps), num_workers, prefetch, persistent)
 
     def _start_producer(self, spec: PatchBatchSpec, num_workers: int, prefetch: int,
                         persistent: bool) -> None:

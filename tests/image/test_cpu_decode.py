@@ -176,3 +176,28 @@ def test_a_stored_size_that_is_not_the_jpegs_is_an_error(monkeypatch: pytest.Mon
                                             "say 64x304"):
             cpu_decode.decode_into(data, "jpeg", 304, 64, np.array([0, 200, 64, 48]), False,
                                    out)
+
+
+@pytest.mark.parametrize("with_c", [True, False])
+def test_a_whole_image_decode_is_decode_into_with_the_whole_box(
+        with_c: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The patch producer's call: the same bytes as the general path, for JPEGs shrunk (a
+    reduced DCT scale) or enlarged, flipped or not, raw pixels, and a JPEG libjpeg declines."""
+    if not with_c:
+        monkeypatch.setattr(cpu_decode, "crop_into", None)
+    cmyk = io.BytesIO()
+    noise_image(64, 48, 3).convert("CMYK").save(cmyk, "JPEG")
+    image = noise_image(96, 80, 7)
+    payloads = [(jpeg_bytes(image), "jpeg", 80, 96), (np.asarray(image).tobytes(), "raw", 80, 96),
+                (cmyk.getvalue(), "jpeg", 48, 64)]
+    for payload, encoding, h, w in payloads:
+        for size, flip in (((40, 32), False), ((36, 44), True), ((100, 120), True)):
+            whole = np.zeros((*size, 3), np.uint8)
+            cpu_decode.decode_whole_into(payload, encoding, h, w, flip, whole)
+            general = np.zeros_like(whole)
+            cpu_decode.decode_into(payload, encoding, h, w, np.array([0, 0, w, h]), flip,
+                                   general)
+            np.testing.assert_array_equal(whole, general)
+            assert whole.any()
+    with pytest.raises(DataError, match="is 96x80 pixels, but the shard's width and height"):
+        cpu_decode.decode_whole_into(payloads[0][0], "jpeg", 81, 96, False, whole)
