@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 
 setup: $(VENV)/.datapipe-setup-2
 
-$(VENV)/.datapipe-setup-2: pyproject.toml setup.py datapipe/image/_jpeg.c datapipe/image/resample.c datapipe/image/resample.h tools/setup.sh
+$(VENV)/.datapipe-setup-2: pyproject.toml setup.py $(wildcard datapipe/image/*.c datapipe/image/*.h) tools/setup.sh
 	bash tools/setup.sh
 
 demo: setup
