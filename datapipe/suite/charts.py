@@ -36,14 +36,16 @@ def draw(panel: Panel, info: dict[str, Any], out: Path) -> Path | None:
     medians = [e.median for e in ran]
     whiskers = [[m - min(e.values) for m, e in zip(medians, ran, strict=True)],
                 [max(e.values) - m for m, e in zip(medians, ran, strict=True)]]
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(ran)))
+    fig, ax = plt.subplots(figsize=(8, 1.5 + 0.45 * len(ran)))
     ax.barh(range(len(ran)), medians, xerr=whiskers, capsize=3,
             color=[bar_colour(e.ours, e.reference) for e in ran])
     ax.set_yticks(range(len(ran)), [e.label for e in ran])
     for tick, entry in zip(ax.get_yticklabels(), ran, strict=True):
         tick.set_fontweight("bold" if entry.ours else "normal")
     better = "higher is better" if panel.higher_is_better else "lower is better"
-    ax.set_xlabel(f"{panel.unit}, median of the runs; whiskers: slowest to fastest ({better})")
+    # Two lines: beside long tool names one line ran past the figure's right edge.
+    ax.set_xlabel(f"{panel.unit}, median of the runs ({better})\n"
+                  "whiskers: slowest to fastest run")
     ax.set_title(panel.title)
     ax.grid(axis="x", alpha=0.3)
     fig.text(0.01, 0.01, caption(info), fontsize=7, color="#555555")

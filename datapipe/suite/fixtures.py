@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.errors import ArgumentError
-from datapipe.suite.runner import CHILD_ENV, fresh_dir, run_child, timed
+from datapipe.suite.runner import CHILD_ENV, CHILD_FAILURES, fresh_dir, run_child, timed
 
 # The image job: random-resized crop to CROP (area SCALE, log-uniform aspect RATIO, CROP_TRIES
 # tries then a centre crop), uint8 batches of BATCH.
@@ -222,6 +222,23 @@ def fingerprint(src: Path) -> dict[str, Any]:
     files = [Path(p) for p, _ in list_photos(src)]
     return {"version": FORM_VERSION, "pieces": PIECES, "files": len(files),
             "bytes": sum(p.stat().st_size for p in files)}
+
+
+def ensure_forms(group: str, forms: Iterable[str], peers: Iterable[Any],
+                 outcomes: dict[str, Any], src: Path, data: Path,
+                 workers: int) -> dict[str, dict[str, Any]]:
+    """`ensure_form` for each of `forms`; a form that fails to convert fails every peer still
+    in the running that reads it (its tag), and the others go on."""
+    made: dict[str, dict[str, Any]] = {}
+    for form in sorted(forms):
+        try:
+            made[form] = ensure_form(group, form, src, data, workers)
+        except CHILD_FAILURES as exc:
+            print(f"failed: {exc}", flush=True)
+            for p in peers:
+                if p.tag == form and outcomes[p.name].status == "ok":
+                    outcomes[p.name].status = f"failed: converting to {form}: {exc}"
+    return made
 
 
 def ensure_form(group: str, form: str, src: Path, data: Path, workers: int) -> dict[str, Any]:

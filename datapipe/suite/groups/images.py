@@ -17,7 +17,7 @@ from typing import Any
 from datapipe.suite.fixtures import (
     CROP,
     PIECES,
-    ensure_form,
+    ensure_forms,
     ensure_photos,
     make_datapipe,
     photo_stats,
@@ -38,7 +38,6 @@ from datapipe.suite.isolated.clock import measure, tree_cpu_seconds
 from datapipe.suite.options import Options
 from datapipe.suite.report import Entry, Panel, goal_verdict, markdown_table, ratio
 from datapipe.suite.runner import (
-    CHILD_FAILURES,
     Group,
     GroupResult,
     Outcome,
@@ -118,14 +117,8 @@ class ImagesGroup(Group):
         src = ensure_photos(opts.data, opts.photos)
         forms: dict[str, dict[str, Any]] = {"photos": {"path": str(src)}}
         wanted = {p.tag for p in self.peers if outcomes[p.name].status == "ok"} - {"photos"}
-        for form in sorted(wanted):
-            try:
-                forms[form] = ensure_form(self.name, form, src, opts.data, opts.workers)
-            except CHILD_FAILURES as exc:
-                print(f"failed: {exc}", flush=True)
-                for p in self.peers:
-                    if p.tag == form and outcomes[p.name].status == "ok":
-                        outcomes[p.name].status = f"failed: converting to {form}: {exc}"
+        forms.update(ensure_forms(self.name, wanted, self.peers, outcomes, src,
+                                  opts.data, opts.workers))
         for record in forms.values():
             warm_page_cache(sorted(Path(record["path"]).rglob("*")))
         smoke = {"batch": 16, "warmup": 0, "epochs": 1} if opts.smoke else {}

@@ -12,7 +12,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from datapipe.suite.fixtures import CROP, ensure_form, ensure_photos, photo_stats, warm_page_cache
+from datapipe.suite.fixtures import CROP, ensure_forms, ensure_photos, photo_stats, warm_page_cache
 from datapipe.suite.groups.image_peers import Job
 from datapipe.suite.groups.pairs_peers import (
     CONTEXT,
@@ -26,7 +26,6 @@ from datapipe.suite.isolated.clock import measure
 from datapipe.suite.options import Options
 from datapipe.suite.report import Entry, Panel, goal_verdict, markdown_table, ratio
 from datapipe.suite.runner import (
-    CHILD_FAILURES,
     Group,
     GroupResult,
     Outcome,
@@ -78,16 +77,9 @@ class PairsGroup(Group):
                 if outcome.status == "ok":
                     outcome.status = TOKENIZER_MISSING
         src = ensure_photos(opts.data, opts.photos)
-        forms: dict[str, dict[str, Any]] = {}
         peers = self.all_peers(opts)  # a --before twin reads its peer's form
-        for form in sorted({p.tag for p in peers if outcomes[p.name].status == "ok"}):
-            try:
-                forms[form] = ensure_form(self.name, form, src, opts.data, opts.workers)
-            except CHILD_FAILURES as exc:
-                print(f"failed: {exc}", flush=True)
-                for p in peers:
-                    if p.tag == form and outcomes[p.name].status == "ok":
-                        outcomes[p.name].status = f"failed: converting to {form}: {exc}"
+        live = {p.tag for p in peers if outcomes[p.name].status == "ok"}
+        forms = ensure_forms(self.name, live, peers, outcomes, src, opts.data, opts.workers)
         for record in forms.values():
             warm_page_cache(sorted(Path(record["path"]).rglob("*")))
         smoke = {"batch": 16, "warmup": 0, "epochs": 1} if opts.smoke else {}
