@@ -120,10 +120,9 @@ def _fixed_sequences(ids: np.ndarray, lengths: np.ndarray, row_offsets: np.ndarr
     tails = seq_len - row_fill
     # Sequence lengths over the flattened batch: each row's segments, then its tail (kept
     # only where the row has one, so that cu_seqlens has no empty padding sequence).
-    at = row_offsets[1:]
-    seq_lengths = np.insert(lengths, at, tails)
-    is_tail = np.insert(np.zeros(len(lengths), dtype=bool), at, True)
-    keep = ~is_tail | (seq_lengths > 0)
+    place = _TailPlaces(row_offsets[1:], tails > 0, len(lengths))
+    seq_lengths = place.merge(lengths, tails[place.kept_tails])
+    is_tail = place.merge(np.zeros(len(lengths), dtype=bool), True)
     real = np.repeat(~is_tail, seq_lengths)
     flat = np.full(rows * seq_len, options.pad_id, dtype=np.int64)
     flat[real] = ids
@@ -132,11 +131,33 @@ def _fixed_sequences(ids: np.ndarray, lengths: np.ndarray, row_offsets: np.ndarr
         mask = np.zeros(rows * seq_len, dtype=pieces.mask.dtype)
         mask[real] = pieces.mask
     return _Sequences(
-        ids=flat, lengths=seq_lengths[keep], is_filler=is_tail[keep], real=real,
-        after=np.insert(pieces.after, at, IGNORE)[keep],
-        starts=np.insert(pieces.starts, at, 0)[keep],
-        docs=np.insert(pieces.docs, at, -1)[keep], mask=mask,
-        sources=None if pieces.sources is None else np.insert(pieces.sources, at, -1)[keep])
+        ids=flat, lengths=seq_lengths, is_filler=is_tail, real=real,
+        after=place.merge(pieces.after, IGNORE), starts=place.merge(pieces.starts, 0),
+        docs=place.merge(pieces.docs, -1), mask=mask,
+        sources=None if pieces.sources is None else place.merge(pieces.sources, -1))
+
+
+class _TailPlaces:
+    """Where each row's padding tail goes among the segments: after the row's last segment
+    (`ends`, the rows' end offsets), only for the rows whose tail is not empty (`kept`). Placed
+    once a batch; `merge` then writes a field's segments and its tails' value in one pass
+    each (np.insert and a boolean filter per field cost ~4x more on the training thread)."""
+
+    def __init__(self, ends: np.ndarray, kept: np.ndarray, segments: int) -> None:
+        self.kept_tails = kept
+        ends = ends[kept]
+        self.size = segments + len(ends)
+        # Segment i moves right by the kept tails placed before it; tail j lands after the
+        # segments of its row and the j tails before it.
+        self.tails = ends + np.arange(len(ends))
+        self.segments = np.arange(segments) + np.searchsorted(ends, np.arange(segments),
+                                                              side="right")
+
+    def merge(self, values: np.ndarray, tail: Any) -> np.ndarray:
+        out = np.empty(self.size, dtype=values.dtype)
+        out[self.segments] = values
+        out[self.tails] = tail
+        return out
 
 
 def _finish(seqs: _Sequences, options: CollateOptions, shape: tuple[int, ...]) -> dict[str, Any]:
