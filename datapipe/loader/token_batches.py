@@ -86,6 +86,42 @@ class TokenBatchBuilder:
         tokens, mask = split_slot(out, self.dtype, self.has_mask)
         start, end = task.extra["start"], task.extra["end"]
         shards, rows = self.dataset.locate_many(task.indices)
+        pos = self._gather_one_shard(tokens, shards, rows, start, end)
+        if pos is None:
+            pos = self._gather_each(tokens, shards, rows, start, end)
+        if mask is not None:
+            self._gather_masks(mask, shards, rows, start, end)
+        after = self._targets_after(task.extra.get("cut"), shards, rows, end)
+        self._check_ids(tokens[:pos], end - start, shards, rows, start)
+        ended = time.perf_counter()
+        return {"count": pos, "seg_lengths": end - start, "seg_starts": start, "after": after,
+                "rows": task.extra["rows"], **batch_ids(self.dataset, task.indices, shards),
+                "is_padding": task.is_pad,
+                "columns": self.extras.of(task.indices),
+                "timing": worker_timing(started, ended, {"read": ended - started})}
+
+    def _gather_one_shard(self, tokens: np.ndarray, shards: np.ndarray, rows: np.ndarray,
+                          start: np.ndarray, end: np.ndarray) -> int | None:
+        """A batch whose segments all come from one shard holding one offsets column (a
+        corpus of one shard, or a shard's window): every segment's ids in one numpy gather,
+        where a Python step a segment cost ~2.5 us (tens a batch). The tokens written, or None
+        for the loop below."""
+        if not len(shards) or shards[0] != shards[-1] or (shards != shards[0]).any():
+            return None
+        views = self._shard_views(int(shards[0]))
+        if views is None or len(views.views) != 1:
+            return None
+        offsets, values = views.views[0]
+        lengths = end - start
+        total = int(lengths.sum())
+        # Each token's place in the shard's ids: its segment's first id, then one a token.
+        first = offsets[rows] + start - (np.cumsum(lengths) - lengths)
+        np.take(values, np.repeat(first, lengths) + np.arange(total), out=tokens[:total])
+        return total
+
+    def _gather_each(self, tokens: np.ndarray, shards: np.ndarray, rows: np.ndarray,
+                     start: np.ndarray, end: np.ndarray) -> int:
+        """The segments one at a time (several shards, or msgpack's records)."""
         pos = 0
         for k, row, s, e in zip(shards.tolist(), rows.tolist(), start.tolist(), end.tolist(),
                                 strict=True):
@@ -97,16 +133,7 @@ class TokenBatchBuilder:
             else:
                 tokens[pos:pos + e - s] = self._record_tokens(k, row)[s:e]
             pos += e - s
-        if mask is not None:
-            self._gather_masks(mask, shards, rows, start, end)
-        after = self._targets_after(task.extra.get("cut"), shards, rows, end)
-        self._check_ids(tokens[:pos], end - start, shards, rows, start)
-        ended = time.perf_counter()
-        return {"count": pos, "seg_lengths": end - start, "seg_starts": start, "after": after,
-                "rows": task.extra["rows"], **batch_ids(self.dataset, task.indices, shards),
-                "is_padding": task.is_pad,
-                "columns": self.extras.of(task.indices),
-                "timing": worker_timing(started, ended, {"read": ended - started})}
+        return pos
 
     def _gather_masks(self, mask: np.ndarray, shards: np.ndarray, rows: np.ndarray,
                       start: np.ndarray, end: np.ndarray) -> None:

@@ -11,7 +11,7 @@ import datapipe as dp
 
 def write_documents(path: Path, lengths: list[int], vocab: int = 64, seed: int = 0,
                     loss_masks: list[np.ndarray] | None = None,
-                    shard_format: str = "arrow") -> list[np.ndarray]:
+                    shard_format: str = "arrow", shard_size: str = "256MB") -> list[np.ndarray]:
     """Documents of random ids below `vocab`, of these lengths (with a `loss_mask` column when
     given); returns their ids."""
     rng = np.random.default_rng(seed)
@@ -19,7 +19,8 @@ def write_documents(path: Path, lengths: list[int], vocab: int = 64, seed: int =
     columns = {"tokens": "uint16[]"}
     if loss_masks is not None:
         columns["loss_mask"] = "uint8[]"
-    with dp.DatasetWriter(path, columns, shard_format=shard_format) as writer:
+    with dp.DatasetWriter(path, columns, shard_format=shard_format,
+                          shard_size=shard_size) as writer:
         for i, ids in enumerate(documents):
             sample = {"tokens": ids}
             if loss_masks is not None:
