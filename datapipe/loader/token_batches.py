@@ -102,10 +102,10 @@ class TokenBatchBuilder:
 
     def _gather_one_shard(self, tokens: np.ndarray, shards: np.ndarray, rows: np.ndarray,
                           start: np.ndarray, end: np.ndarray) -> int | None:
-        """A batch whose segments all come from one shard holding one offsets column (a
-        corpus of one shard, or a shard's window): every segment's ids in one numpy gather,
-        where a Python step a segment cost ~2.5 us (tens a batch). The tokens written, or None
-        for the loop below."""
+        """A batch whose segments all come from one shard holding one offsets column (a corpus
+        that fits one shard, as many fine-tuning sets do): every segment's ids in one numpy
+        take, where a Python step a segment costs ~1.5-2.5 us (tens a batch). The tokens
+        written, or None for the loop below."""
         if not len(shards) or shards[0] != shards[-1] or (shards != shards[0]).any():
             return None
         views = self._shard_views(int(shards[0]))
