@@ -18,9 +18,13 @@ from datapipe.sampling.elastic import Remainder, Segment, follow, is_count, pars
 # Version 4: mixtures too (each source's stream a keyed shuffle per pass, token mixtures a
 # window at a time): a version 3 state over one dataset names the same order, over a mixture
 # an order that changed.
-STATE_VERSION = 4
+# Version 5: the padded layout splits each window into mega-batches of equal size (a short last
+# one bucketed few documents): a version 3 or 4 state of a shuffled padded TokenLoader names an
+# order that changed; any other names the same order.
+STATE_VERSION = 5
 _OLD_PLANNER_VERSIONS = (1, 2)
 _OLD_MIXTURE_VERSIONS = (3,)
+_OLD_PADDED_VERSIONS = (3, 4)
 # Identity entries that states saved by older versions lack: accepted when missing.
 _ADDED_LATER = ("manifest", "bucket_batches", "pack_window")
 # Identity entries a state may be loaded across: the position they name is a global one.
@@ -118,12 +122,16 @@ def restore_position(state: dict[str, Any], identity: dict[str, Any],
     version = state.get("version") if isinstance(state, dict) else None
     saved = state.get("identity") if isinstance(state, dict) else None
     mixed = isinstance(saved, dict) and "sources" in saved
-    if version in _OLD_PLANNER_VERSIONS or (version in _OLD_MIXTURE_VERSIONS and mixed):
+    padded = isinstance(saved, dict) and saved.get("layout") == "padded" \
+        and saved.get("shuffle") is True
+    if version in _OLD_PLANNER_VERSIONS or (version in _OLD_MIXTURE_VERSIONS and mixed) \
+            or (version in _OLD_PADDED_VERSIONS and padded):
+        changed = "mixture" if mixed else "padded batches'" if padded else "sample"
         raise ArgumentError(f"load_state_dict: the state (version {version}) was saved by a "
-                            f"datapipe whose {'mixture' if mixed else 'sample'} order differs "
-                            "from this one's; it cannot be continued exactly: start its epoch "
-                            "over (set_epoch) or finish the run with the version that saved it")
-    if version != STATE_VERSION and version not in _OLD_MIXTURE_VERSIONS:
+                            f"datapipe whose {changed} order differs from this one's; it "
+                            "cannot be continued exactly: start its epoch over (set_epoch) or "
+                            "finish the run with the version that saved it")
+    if version not in (STATE_VERSION, *_OLD_MIXTURE_VERSIONS, *_OLD_PADDED_VERSIONS):
         raise ArgumentError(f"load_state_dict: not a datapipe loader state (version "
                             f"{version!r})")
     _check_identity(state.get("identity"), identity, ("weights",) if reweighted else ())

@@ -134,9 +134,12 @@ def plan_padded(pieces: Pieces, max_tokens: int, pad_multiple: int, batch_size: 
     # Any mega-batch larger than all the pieces holds them all: capped, so that it fits numpy's
     # int64 (max_tokens may be 2**62).
     mega = min(max(1, bucket_batches * mean_rows), max(1, len(sizes)))
-    mega_batch = np.arange(len(sizes)) // mega
+    # As many mega-batches as fit, of equal size: a short last one (a window's remainder)
+    # would sort few documents and pad its batches to lengths far apart.
+    count = max(1, round(len(sizes) / mega))
+    mega_batch = np.arange(len(sizes)) * count // max(1, len(sizes))
     longest_first = np.lexsort((-sizes, mega_batch))  # within each mega-batch, ties in order
-    mega_end = np.minimum((mega_batch + 1) * mega, len(sizes))
+    mega_end = -(-(mega_batch + 1) * len(sizes) // count)
     cuts = follow_cuts(_bucket_ends(padded[longest_first], mega_end, max_tokens, batch_size,
                                     batch_multiple))
     rows = np.diff(cuts)

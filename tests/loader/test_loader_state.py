@@ -110,6 +110,27 @@ def test_a_version_3_state_loads_over_one_dataset_and_is_refused_over_a_mixture(
     assert "\n" not in str(err.value)
 
 
+def test_a_version_4_state_loads_but_a_shuffled_padded_one_is_refused(
+        datasets: dict[str, Path]) -> None:
+    """Version 5 changed the padded layout's order only (even mega-batches in each window): a
+    version 4 state of another layout continues, a shuffled padded one is refused."""
+    for layout, refused in (("packed", False), ("padded", True)):
+        with dp.TokenLoader(datasets["tokens"], max_tokens=64, layout=layout) as loader:
+            it = iter(loader)
+            next(it)
+            state = {**json.loads(json.dumps(loader.state_dict())), "version": 4}
+            expected = next(it)["index"].tolist()
+        with dp.TokenLoader(datasets["tokens"], max_tokens=64, layout=layout) as loader:
+            if refused:
+                with pytest.raises(ArgumentError, match=r"version 4.*padded batches' order "
+                                                        "differs") as err:
+                    loader.load_state_dict(state)
+                assert "\n" not in str(err.value)
+            else:
+                loader.load_state_dict(state)
+                assert next(iter(loader))["index"].tolist() == expected
+
+
 def after_one(path: Path) -> list[int]:
     with images(path) as loader:
         it = iter(loader)

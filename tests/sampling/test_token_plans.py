@@ -67,10 +67,12 @@ def reference_padded(pieces: Pieces, max_tokens: int, pad_multiple: int, batch_s
     sizes = pieces.sizes.tolist()
     padded = [int(round_up(s, pad_multiple)) for s in sizes]
     mean_rows = max(1, max_tokens // max(1, int(np.mean(padded)) if sizes else 1))
-    mega = bucket_batches * mean_rows
+    # As many mega-batches as the size gives (at least one), split as evenly as they go.
+    count = max(1, round(len(sizes) / min(bucket_batches * mean_rows, max(1, len(sizes)))))
+    bounds = [-(-j * len(sizes) // count) for j in range(count + 1)]
     groups = []
-    for lo in range(0, len(sizes), mega):
-        chunk = sorted(range(lo, min(lo + mega, len(sizes))), key=lambda i: -sizes[i])
+    for lo, hi in itertools.pairwise(bounds):
+        chunk = sorted(range(lo, hi), key=lambda i: -sizes[i])
         while chunk:
             rows = max(1, max_tokens // max(1, padded[chunk[0]]))
             rows = min(rows, batch_size or rows)
