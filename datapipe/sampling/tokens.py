@@ -134,8 +134,8 @@ def plan_padded(pieces: Pieces, max_tokens: int, pad_multiple: int, batch_size: 
     # Any mega-batch larger than all the pieces holds them all: capped, so that it fits numpy's
     # int64 (max_tokens may be 2**62).
     mega = min(max(1, bucket_batches * mean_rows), max(1, len(sizes)))
-    # As many mega-batches as fit, of equal size: a short last one (a window's remainder)
-    # would sort few documents and pad its batches to lengths far apart.
+    # The nearest whole number of mega-batches, of equal size: a short last one (a window's
+    # remainder) would sort few documents and pad its batches to lengths far apart.
     count = max(1, round(len(sizes) / mega))
     mega_batch = np.arange(len(sizes)) * count // max(1, len(sizes))
     longest_first = np.lexsort((-sizes, mega_batch))  # within each mega-batch, ties in order
