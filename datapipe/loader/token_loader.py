@@ -180,7 +180,7 @@ class TokenLoader(WindowedLoader):
             layout, self.max_tokens, self.batch_size, self.seq_len, self._rows_per_batch(),
             self.pad_to_multiple_of, self.batch_multiple_of, self.bucket_batches,
             self.pack_window, self.plan_window, shuffle, seed, self.overflow, self.lengths,
-            self.mixing)
+            self.mixing, plan_ahead=num_workers > 0)
         self._tokens_seen = self._tokens_computed = self._loss_tokens_seen = 0
         tokens = self._max_batch_tokens()
         self._producer = BatchProducer(

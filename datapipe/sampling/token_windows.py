@@ -65,8 +65,9 @@ class TokenWindows:
     `source_of` (a mixture's): the source of each document id, for counts per source."""
 
     def __init__(self, num_windows: int, plan_window: Callable[[int], TokenPlan],
-                 source_of: SourceOf | None = None) -> None:
+                 source_of: SourceOf | None = None, ahead: bool = True) -> None:
         self.num_windows = num_windows
+        self.ahead = ahead  # plan the next window in a thread (see _plan_ahead)
         self._plan_window = plan_window
         self.source_of = source_of
         self._plans: OrderedDict[int, TokenPlan] = OrderedDict()
@@ -158,7 +159,7 @@ class TokenWindows:
             at = Located(last.start, last.plan, g - last.start.batch)
         else:
             at = self._walk_to(g)
-        if at is not None and 2 * at.local >= len(at.plan):
+        if self.ahead and at is not None and 2 * at.local >= len(at.plan):
             self._plan_ahead(at.start.window + 1)
         return at
 

@@ -17,6 +17,7 @@ from datapipe.errors import ArgumentError, DataError
 from datapipe.format import Dataset
 from tests.conftest import convert
 from tests.loader.helpers import check_resume_at_every_step
+from tests.text.helpers import write_documents
 
 LAYOUTS = {
     "packed": {"max_tokens": 512},
@@ -330,3 +331,12 @@ def test_a_dataset_changed_under_its_length_index_gets_a_new_one(tmp_path: Path)
         got = Counter(t for b in loader for t in _real_tokens(b))
     assert got == _dataset_tokens(tmp_path / "new")
     assert len(list(live.glob(".datapipe-length-index-*.npy"))) == 2
+
+
+@pytest.mark.parametrize(("num_workers", "ahead"), [(0, False), (1, True)])
+def test_windows_are_planned_ahead_only_with_workers(tmp_path: Path, num_workers: int,
+                                                     ahead: bool) -> None:
+    write_documents(tmp_path / "docs", [8] * 40)
+    with dp.TokenLoader(tmp_path / "docs", max_tokens=16, plan_window=8,
+                        num_workers=num_workers) as loader:
+        assert loader._epoch_start(0).windows.ahead is ahead

@@ -165,6 +165,22 @@ def test_the_next_window_is_planned_ahead_in_a_thread() -> None:
     assert len(first) and sorted(planned) == list(range(ahead.num_windows)), "each planned once"
 
 
+def test_without_planning_ahead_every_window_is_planned_on_the_calling_thread() -> None:
+    """TokenLoader(num_workers=0): the loop builds every batch itself, so a planning thread
+    would only compete with it for the GIL."""
+    threads: dict[int, str] = {}
+    inner = windows(100)
+
+    def plan(w: int) -> TokenPlan:
+        threads[w] = threading.current_thread().name
+        return inner._plan_window(w)
+
+    inline = TokenWindows(inner.num_windows, plan, ahead=False)
+    assert [b.tolist() for b in batches_of(inline)] == [b.tolist() for b in batches_of(inner)]
+    assert inner.num_windows > 1
+    assert set(threads.values()) == {threading.current_thread().name}
+
+
 def test_a_window_planned_ahead_before_a_fork_is_planned_again_in_the_child() -> None:
     started, release = threading.Event(), threading.Event()
     inner = windows(100)
