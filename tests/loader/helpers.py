@@ -28,6 +28,28 @@ def _same(value: Any, other: Any) -> bool:
     return value == other
 
 
+def check_cuda_batches_are_the_cpu_batches(make_loader: Callable[..., Any]) -> None:
+    """`make_loader(device="cuda")` hands out, field by field, the batches `make_loader()`
+    does, with every tensor on the GPU, while each copy queues behind a busy side stream: a
+    batch buffer given back to the workers before its copy ran would show as a changed batch.
+    The large fields are read in place from the shared buffers (a copy lease is held)."""
+    with make_loader() as loader:
+        expected = [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()}
+                    for b in loader]
+    leased = 0
+    with make_loader(device="cuda", prefetch=1) as loader:
+        for batch, want in zip(loader, expected, strict=True):
+            with torch.cuda.stream(loader._feed.stream):
+                torch.cuda._sleep(20_000_000)  # the next copy queues behind this
+            leased = max(leased, len(loader._feed.leases))
+            assert all(v.is_cuda for v in batch.values() if isinstance(v, torch.Tensor))
+            on_host = {k: v.cpu() if isinstance(v, torch.Tensor) else v
+                       for k, v in batch.items()}
+            assert same_batch(on_host, want), "a batch changed on its way to the GPU"
+        assert loader._feed.locker.refusal is None
+    assert leased > 0, "no batch buffer was read in place"
+
+
 def check_resume_at_every_step(make_loader: Callable[[], Any], epoch: int = 0) -> None:
     """For every k: run k batches, save, build a fresh loader, restore, finish the epoch.
 

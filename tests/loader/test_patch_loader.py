@@ -13,7 +13,12 @@ import torch
 import datapipe as dp
 from datapipe.errors import ArgumentError, DataError
 from tests.conftest import convert
-from tests.loader.helpers import check_resume_at_every_step, indices_of, run_world
+from tests.loader.helpers import (
+    check_cuda_batches_are_the_cpu_batches,
+    check_resume_at_every_step,
+    indices_of,
+    run_world,
+)
 from tests.loader.patch_data import make_patch_dataset, make_photos
 
 COUNT = 40
@@ -107,6 +112,14 @@ def test_elastic_resume_at_another_world_size_sees_the_rest_once(photos: Path) -
     after, _ = run_world(lambda **kw: qwen(photos, **kw), 3, state)
     seen = [i for batches in before + after for i in indices_of(batches)]
     assert sorted(seen) == list(range(COUNT))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
+@pytest.mark.parametrize("make", [qwen, siglip])
+def test_on_cuda_patch_batches_are_the_cpu_batches(photos: Path, make: object) -> None:
+    check_cuda_batches_are_the_cpu_batches(
+        lambda **device: make(photos, num_workers=2, seed=3, **device))
 
 
 def test_flip_mirrors_some_images_the_same_way_every_time(photos: Path) -> None:

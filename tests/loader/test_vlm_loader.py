@@ -17,7 +17,11 @@ import datapipe as dp
 from datapipe.errors import ArgumentError
 from datapipe.format.concat import open_dataset
 from tests.conftest import convert
-from tests.loader.helpers import check_resume_at_every_step, indices_of
+from tests.loader.helpers import (
+    check_cuda_batches_are_the_cpu_batches,
+    check_resume_at_every_step,
+    indices_of,
+)
 from tests.vlm_data import SPECIAL, TEMPLATE, make_llava, make_tokenizer
 
 IMAGE_ID, PAD_ID = SPECIAL.index("<|image_pad|>"), SPECIAL.index("<|endoftext|>")
@@ -210,6 +214,14 @@ def test_a_sample_over_the_budget_is_refused_or_dropped(data):
 def test_resume_at_every_step_with_workers(data):
     _, _, dataset = data
     check_resume_at_every_step(lambda: dp.VLMLoader(dataset, 1024, seed=5, num_workers=2))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
+def test_on_cuda_batches_are_the_cpu_batches(data):
+    _, _, dataset = data
+    check_cuda_batches_are_the_cpu_batches(
+        lambda **device: dp.VLMLoader(dataset, 1024, seed=5, num_workers=2, **device))
 
 
 def test_ranks_share_the_epoch(data):

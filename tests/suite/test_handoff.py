@@ -28,15 +28,16 @@ def test_percentile_interpolates_between_ranks() -> None:
     assert handoff.percentile([5.0], 95) == 5.0
 
 
-def _handoff(cpu: float) -> dict:
+def _handoff(cpu: float, batch_mb: float = 12.6) -> dict:
     return {"cpu_median": cpu, "cpu_p95": cpu * 2, "wall_median": cpu + 1, "wall_p95": cpu + 2,
-            "dtype": "torch.uint8", "others_cores": 0.0}
+            "dtype": "torch.uint8", "batch_mb": batch_mb, "others_cores": 0.0}
 
 
 def test_summary_ratios_and_headline() -> None:
     outcomes = {name: Outcome(NO_CUDA) for name in handoff.PATHS}
     outcomes["cpu"] = Outcome("ok", [_handoff(0.4), _handoff(0.6), _handoff(0.5)])
     outcomes["cpu-float32"] = Outcome("ok", [_handoff(0.7)])
+    outcomes["patches-siglip2"] = Outcome("ok", [_handoff(0.9, 25.2)])
     outcomes["rate-uint8"] = Outcome("ok", [{"rate": 1000.0, "cpu_rate": 500.0,
                                              "others_cores": 0.0}])
     outcomes["rate-float32"] = Outcome("ok", [{"rate": 850.0, "cpu_rate": 450.0,
@@ -48,6 +49,7 @@ def test_summary_ratios_and_headline() -> None:
     line = handoff.headline(summary, 256)
     assert line.startswith("**The training thread spends at most 0.70 ms")
     assert "worst path: cpu-float32; goal ≤ 1 ms: met" in line
+    assert "PatchLoader's at most 0.90 ms (patches-siglip2, 25 MB of pixel_values)" in line
     assert "runs at 0.85 of uint8's images/s" in line and "goal ≥ 0.8: met" in line
     meta = {"batch_size": 256, "workers": 2, "batches": 40, "repeats": 3, "rate_batch": 64,
             "rate_workers": 2, "epochs": 2}
@@ -84,17 +86,20 @@ def test_a_tiny_run_measures_what_it_can_and_says_what_it_skipped(
     report = suite.group_report(handoff.GROUP.title, result, handoff.GROUP.panels(result),
                                 handoff.GROUP.details(result))
     assert report.startswith("# Training-thread")
-    for name in ("cpu", "cpu-float32", "rate-uint8", "rate-float32"):
+    for name in ("cpu", "cpu-float32", "patches-siglip2", "rate-uint8", "rate-float32"):
         assert data["outcomes"][name]["status"] == "ok", data["outcomes"][name]["status"]
     for name in ("cpu-bfloat16", "dali-cpu", "rate-bfloat16"):
         assert data["outcomes"][name]["status"] == "skipped"
     summary = handoff.summarise(result.outcomes)
-    for name in ("cpu", "cpu-float32"):
+    for name in ("cpu", "cpu-float32", "patches-siglip2"):
         assert summary[name]["cpu_median"] > 0
     assert summary["cpu-float32"]["dtype"] == "torch.float32"
+    assert summary["patches-siglip2"]["dtype"] == "torch.float32"
+    assert summary["patches-siglip2"]["batch_mb"] > summary["cpu"]["batch_mb"]
     assert summary["rate-float32"]["rate_ratio"] > 0
     if not torch.cuda.is_available():
-        for name in ("cuda", "cuda-normalize", "dali"):
+        for name in ("cuda", "cuda-normalize", "dali", "patches-siglip2-cuda",
+                     "patches-qwen2_vl-cuda"):
             assert f"{name}: skipped (needs a CUDA device)" in out
             assert data["outcomes"][name]["status"] == NO_CUDA
 

@@ -1,6 +1,8 @@
 """What the training thread pays per batch, `next(loader)` with batches already waiting, on
-each path through the Loader; and its images/s on the CPU with and without Normalize. Paths
-that need CUDA are skipped where there is none (the suite runs the group only where there is).
+each path through the Loader and through PatchLoader (its float32 `pixel_values`, read in place
+from the shared batch buffers, are the largest host batches datapipe hands to a GPU); and the
+Loader's images/s on the CPU with and without Normalize. Paths that need CUDA are skipped where
+there is none (the suite runs the group only where there is).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from datapipe.suite.fixtures import CROP, datapipe_shards
 from datapipe.suite.groups.gpu_peers import endless
+from datapipe.suite.groups.patch_peers import QWEN_MAX_PATCHES, SIGLIP_BATCH
 from datapipe.suite.isolated.clock import tree_cpu_seconds
 from datapipe.suite.options import Options
 from datapipe.suite.report import Entry, Panel, goal_verdict, markdown_table
@@ -33,6 +36,7 @@ class Variant:
     device: str = "cpu"
     normalize: str | None = None  # Normalize's dtype, or no Normalize
     rate: bool = False
+    patches: str | None = None  # a PatchLoader preset instead of the Loader
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,11 @@ PATHS = {
                               normalize="bfloat16"),
     "dali": Variant('decode="dali", device="cuda"', "dali", "cuda"),
     "dali-cpu": Variant('decode="dali", device="cpu" (CPU mode)', "dali"),
+    "patches-siglip2": Variant('PatchLoader("siglip2"), device="cpu"', patches="siglip2"),
+    "patches-siglip2-cuda": Variant('PatchLoader("siglip2"), device="cuda"', device="cuda",
+                                    patches="siglip2"),
+    "patches-qwen2_vl-cuda": Variant('PatchLoader("qwen2_vl"), device="cuda"', device="cuda",
+                                     patches="qwen2_vl"),
     "rate-uint8": Variant("uint8", rate=True),
     "rate-float32": Variant("Normalize(float32)", normalize="float32", rate=True),
     "rate-bfloat16": Variant("Normalize(bfloat16)", normalize="bfloat16", rate=True),
@@ -80,6 +89,11 @@ def percentile(values: list[float], q: float) -> float:
 def make_loader(path: Variant, job: Job) -> Any:
     import datapipe as dp
 
+    if path.patches:  # the patches group's batches: 32 SigLIP2 images, 16,384 Qwen2-VL patches
+        size = ({"batch_size": SIGLIP_BATCH} if path.patches == "siglip2"
+                else {"max_patches": QWEN_MAX_PATCHES})
+        return dp.PatchLoader(job.shards, path.patches, num_workers=job.workers,
+                              device=path.device, seed=job.seed, **size)
     transform = dp.image.RandomResizedCrop(CROP) | dp.image.HorizontalFlip()
     if path.normalize:
         transform = transform | dp.image.Normalize(dtype=path.normalize)
@@ -111,9 +125,9 @@ def handoff_run(path: Variant, job: Job) -> Record:
     ms: dict[str, list[float]] = {"wall": [], "cpu": []}
     with make_loader(path, job) as loader:
         batches = endless(loader)
-        first = next(batches)["image"]
-        shape = (job.batch_size, 3, CROP, CROP)
-        if tuple(first.shape) != shape or first.is_cuda != (path.device == "cuda"):
+        first = next(batches)["pixel_values" if path.patches else "image"]
+        shape = first.shape if path.patches else (job.batch_size, 3, CROP, CROP)
+        if tuple(first.shape) != tuple(shape) or first.is_cuda != (path.device == "cuda"):
             raise RuntimeError(f"first batch is {tuple(first.shape)} on {first.device}")
         for _ in range(job.batches):
             wait_until_waiting(loader, job.wait_s)
@@ -125,6 +139,7 @@ def handoff_run(path: Variant, job: Job) -> Record:
             if path.device == "cuda":
                 torch.cuda.synchronize()  # outside the clock: no GPU work left queued
     return {"wall_ms": ms["wall"], "cpu_ms": ms["cpu"], "dtype": str(first.dtype),
+            "batch_mb": first.numel() * first.element_size() / 1e6,
             **{f"{clock}_{stat}": fn(values) for clock, values in ms.items()
                for stat, fn in (("median", statistics.median),
                                 ("p95", functools.partial(percentile, q=95)))}}
@@ -202,17 +217,22 @@ class HandoffGroup(Group):
                     path.label, f"{s['rate']:,.0f}", f"{s.get('rate_ratio', 1.0):.2f}",
                     f"{s['cpu_rate']:,.0f}", f"{s.get('cpu_rate_ratio', 1.0):.2f}"])
             else:
-                handoffs.append([name, path.label, outcome.status, "", "", "", ""] if s is None
-                                else [name, path.label, *[f"{s[k]:.3f}" for k in HANDOFF_KEYS],
-                                      " / ".join(f"{r['cpu_median']:.3f}" for r in outcome.runs)])
+                handoffs.append([name, path.label, outcome.status, "", "", "", "", ""]
+                                if s is None else
+                                [name, path.label, *[f"{s[k]:.3f}" for k in HANDOFF_KEYS],
+                                 f"{s['batch_mb']:.1f}" if s.get("batch_mb") else "–",
+                                 " / ".join(f"{r['cpu_median']:.3f}" for r in outcome.runs)])
         return [
             headline(summary, meta["batch_size"]), "",
             f"Hand-off: RandomResizedCrop({CROP}) | HorizontalFlip, batches of "
             f"{meta['batch_size']}, {meta['workers']} workers / DALI threads; {meta['batches']} "
             f"next() calls per run, each once every batch in flight was built; median of "
-            f"{meta['repeats']} runs of each figure. ms per next().", "",
+            f"{meta['repeats']} runs of each figure. ms per next(). PatchLoader: the same "
+            f"photos at their stored size, SigLIP2 batches of {SIGLIP_BATCH} images (padded to "
+            f"256 patches each), Qwen2-VL batches of up to {QWEN_MAX_PATCHES:,} patches.", "",
             markdown_table(["path", "loader", "CPU ms (median)", "CPU ms (p95)",
-                            "wall ms (median)", "wall ms (p95)", "runs: CPU ms"], handoffs), "",
+                            "wall ms (median)", "wall ms (p95)", "batch MB",
+                            "runs: CPU ms"], handoffs), "",
             f"Throughput on the CPU: batches of {meta['rate_batch']}, {meta['rate_workers']} "
             f"workers, {meta['epochs']} epochs after a warm-up one; images/CPU-s counts the "
             "CPU of the whole process tree, which other work on the machine disturbs less.", "",
@@ -229,7 +249,7 @@ def summarise(outcomes: dict[str, Outcome]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for name, outcome in outcomes.items():
         if outcome.status == "ok" and outcome.runs:
-            keys = ("rate", "cpu_rate") if variant(name).rate else HANDOFF_KEYS
+            keys = ("rate", "cpu_rate") if variant(name).rate else (*HANDOFF_KEYS, "batch_mb")
             out[name] = {"dtype": outcome.runs[0].get("dtype"),  # hand-off runs: the batch's
                          **{key: outcome.median(key) for key in keys}}
     for name in RATES[1:]:
@@ -242,12 +262,18 @@ def summarise(outcomes: dict[str, Outcome]) -> dict[str, dict[str, Any]]:
 
 def headline(summary: dict[str, dict[str, Any]], batch_size: int) -> str:
     measured, parts = [name for name in HANDOFF if name in summary], []
-    if measured:
-        worst = max(measured, key=lambda n: summary[n]["cpu_median"])
+    images = [name for name in measured if not PATHS[name].patches]
+    if images:
+        worst = max(images, key=lambda n: summary[n]["cpu_median"])
         ms = summary[worst]["cpu_median"]
         parts.append(f"the training thread spends at most {ms:.2f} ms of CPU per next() "
                      f"(median, batch of {batch_size}; worst path: {worst}; goal ≤ "
                      f"{NEXT_GOAL_MS:g} ms: {'met' if ms <= NEXT_GOAL_MS else 'NOT met'})")
+    patches = [name for name in measured if PATHS[name].patches]
+    if patches:
+        worst = max(patches, key=lambda n: summary[n]["cpu_median"])
+        parts.append(f"PatchLoader's at most {summary[worst]['cpu_median']:.2f} ms "
+                     f"({worst}, {summary[worst]['batch_mb']:.0f} MB of pixel_values)")
     parts += [f"{PATHS[name].label} on the CPU runs at {s['rate_ratio']:.2f} of uint8's "
               f"images/s ({s['cpu_rate_ratio']:.2f} per CPU-second; "
               f"{goal_verdict(RATIO_GOAL, s['rate_ratio'] >= RATIO_GOAL, '')})"
