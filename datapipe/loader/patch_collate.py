@@ -10,6 +10,7 @@ import torch
 
 from datapipe.format.concat import SOURCE_FIELD
 from datapipe.loader.patch_batches import PatchBatchSpec
+from datapipe.loader.slots import slot_view
 
 PACKED_KEYS = ("pixel_values", "cu_seqlens", "max_seqlen", "patch_positions")
 PADDED_KEYS = ("pixel_values", "pixel_attention_mask", "patch_positions")
@@ -28,25 +29,27 @@ def grid_tensor(grids: np.ndarray, grid_field: str) -> torch.Tensor:
     return torch.from_numpy(grids)
 
 
-def collate_patches(spec: PatchBatchSpec, meta: dict[str, Any], slot: np.ndarray,
+def collate_patches(spec: PatchBatchSpec, meta: dict[str, Any], slot: torch.Tensor,
                     grid_field: str, max_patches: int) -> dict[str, Any]:
-    """The batch dict of a filled buffer (`slot`: its bytes) and its metadata."""
-    pixels, positions, mask = spec.regions(slot)
+    """The batch dict of a filled buffer (`slot`: its bytes) and its metadata. The buffer's
+    regions are handed out as views of `slot` itself, so a copy to the GPU reads them in
+    place (slots.slot_view)."""
+    pixels, positions, mask = spec.regions(slot.numpy())
     count, real = meta["count"], meta["patches"]
     if spec.layout == "packed":
         batch: dict[str, Any] = {
-            "pixel_values": torch.from_numpy(pixels[:real]),
+            "pixel_values": slot_view(slot, pixels[:real]),
             "cu_seqlens": torch.from_numpy(meta["cu_seqlens"]),
             "max_seqlen": meta["max_seqlen"],
-            "patch_positions": torch.from_numpy(positions[:real])}
+            "patch_positions": slot_view(slot, positions[:real])}
         computed = max_patches
     else:
         rows = spec.row_patches
-        batch = {"pixel_values": torch.from_numpy(pixels[:count * rows].reshape(count, rows, -1)),
-                 "pixel_attention_mask": torch.from_numpy(mask[:count * rows].reshape(count,
-                                                                                      rows)),
-                 "patch_positions": torch.from_numpy(positions[:count * rows]
-                                                     .reshape(count, rows, 2))}
+        batch = {"pixel_values": slot_view(slot, pixels[:count * rows].reshape(count, rows, -1)),
+                 "pixel_attention_mask": slot_view(slot, mask[:count * rows].reshape(count,
+                                                                                    rows)),
+                 "patch_positions": slot_view(slot, positions[:count * rows]
+                                              .reshape(count, rows, 2))}
         computed = count * rows
     batch[grid_field] = grid_tensor(meta["grids"], grid_field)
     batch["index"] = torch.from_numpy(np.asarray(meta["index"], dtype=np.int64))

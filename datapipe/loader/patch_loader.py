@@ -10,7 +10,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from datapipe.errors import ArgumentError
@@ -156,7 +155,9 @@ class PatchLoader(WindowedLoader):
     def _start_producer(self, spec: PatchBatchSpec, num_workers: int, prefetch: int,
                         persistent: bool) -> None:
         self.spec = spec
-        self._feed = DeviceFeed(self.device, pin=("pixel_values",), record_stages=True)
+        # Every field that views the batch buffer: one registration covers them all.
+        self._feed = DeviceFeed(self.device, pin=("pixel_values", "patch_positions",
+                                                  "pixel_attention_mask"), record_stages=True)
         self._producer = BatchProducer(functools.partial(PatchBatchBuilder, spec),
                                        num_workers, prefetch, spec.slot_nbytes(), persistent)
         self._producer.check_memory(self._passes.owner, f"a batch of up to "
@@ -232,7 +233,7 @@ class PatchLoader(WindowedLoader):
                           f"failed to decode this epoch (first: {self.skipped[0][1]}); see "
                           "loader.skipped", stacklevel=2)
 
-    def _host_batch(self, b: int, meta: dict[str, Any], slot: np.ndarray,
+    def _host_batch(self, b: int, meta: dict[str, Any], slot: torch.Tensor,
                     plan: WindowedRankPlan) -> dict[str, Any]:
         batch = collate_patches(self.spec, meta, slot, self.grid_field, self.max_patches)
         add_to_batch(batch, meta["columns"])

@@ -90,6 +90,18 @@ def lock_pages(tensor: torch.Tensor, lock: Callable[[int, int], Unlock | None]) 
     return slot.unlock is not None
 
 
+def slot_view(slot: torch.Tensor, part: np.ndarray) -> torch.Tensor:
+    """`part` (a C-contiguous NumPy view into the leased buffer `slot`) as a tensor over the
+    slot's own storage: what `lock_pages` recognises as a batch buffer to copy in place. A
+    tensor made with `torch.from_numpy(part)` would own a storage of `part`'s bytes only, and
+    be copied through pinned memory instead."""
+    offset = part.ctypes.data - slot.data_ptr()
+    if not part.flags.c_contiguous or offset < 0 or offset + part.nbytes > slot.numel():
+        raise ValueError("slot_view: part is not a contiguous view of the slot")
+    dtype = torch.from_numpy(part[:0].reshape(-1)).dtype
+    return slot[offset:offset + part.nbytes].view(dtype).view(part.shape)
+
+
 @dataclass(frozen=True)
 class SlotRef:
     """What a worker needs to find a slot: its id and size; `fd` is the consumer's memfd (sent

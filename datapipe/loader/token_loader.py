@@ -267,9 +267,10 @@ class TokenLoader(WindowedLoader):
             yield batch
         self._finish_empty(start, plan)
 
-    def _host_batch(self, b: int, meta: dict[str, Any], slot: np.ndarray,
+    def _host_batch(self, b: int, meta: dict[str, Any], slot: torch.Tensor,
                     plan: WindowedRankPlan) -> dict[str, Any]:
-        tokens, mask = split_slot(slot, self.token_dtype, self.has_loss_mask)
+        # The collate writes new arrays (the layouts' rows): nothing views the buffer.
+        tokens, mask = split_slot(slot.numpy(), self.token_dtype, self.has_loss_mask)
         count = meta["count"]
         pieces = Gathered(np.asarray(meta["index"], dtype=np.int64),
                           np.asarray(meta["seg_starts"], dtype=np.int64), meta["after"],

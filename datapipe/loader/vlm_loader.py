@@ -29,6 +29,7 @@ from datapipe.loader.distributed import resolve_rank
 from datapipe.loader.mixing import check_mixture_arguments, describe
 from datapipe.loader.patch_collate import grid_tensor
 from datapipe.loader.patch_presets import resolve_preset
+from datapipe.loader.slots import slot_view
 from datapipe.loader.token_epochs import TokenEpochPlanner
 from datapipe.loader.token_mixing import TokenMixing, step_unit
 from datapipe.loader.token_plans import WindowedRankPlan
@@ -133,7 +134,9 @@ class VLMLoader(WindowedLoader):
         # A batch of image tokens only is the most patches one holds: merge² per token.
         capacity = self.max_tokens * self.geometry.merge_size ** 2
         self.spec = VLMBatchSpec(self.path, self.settings, capacity, self.max_tokens, verify)
-        self._feed = DeviceFeed(self.device, pin=("pixel_values",), record_stages=True)
+        # Every field that views the batch buffer: one registration covers them all.
+        self._feed = DeviceFeed(self.device, pin=("pixel_values", *ROWS, "position_ids"),
+                                record_stages=True)
         self._producer = BatchProducer(functools.partial(VLMBatchBuilder, self.spec),
                                        num_workers, prefetch, self.spec.slot_nbytes(),
                                        persistent)
@@ -171,16 +174,17 @@ class VLMLoader(WindowedLoader):
             yield batch
         self._finish_empty(start, plan)
 
-    def _host_batch(self, b: int, meta: dict[str, Any], slot: np.ndarray,
+    def _host_batch(self, b: int, meta: dict[str, Any], slot: torch.Tensor,
                     plan: WindowedRankPlan) -> dict[str, Any]:
-        """Tensors over the buffer the worker filled: nothing computed per token here."""
-        tokens = meta["tokens"]
-        rows = torch.from_numpy(self.spec.token_rows(slot))[:, :tokens]
+        """Views of the buffer the worker filled (copied to a GPU in place): nothing computed
+        per token here."""
+        tokens, buffer = meta["tokens"], slot.numpy()
+        rows = slot_view(slot, self.spec.token_rows(buffer))[:, :tokens]
         batch = {name: rows[row][None] for name, row in ROWS.items()}
         batch["position_ids"] = rows[POSITIONS][:, None]
         batch.update(
             cu_seqlens=torch.from_numpy(meta["cu_seqlens"]), max_seqlen=meta["max_seqlen"],
-            pixel_values=torch.from_numpy(self.spec.pixels(slot)[:meta["patches"]]),
+            pixel_values=slot_view(slot, self.spec.pixels(buffer)[:meta["patches"]]),
             image_grid_thw=grid_tensor(meta["grids"], "image_grid_thw"),
             index=torch.from_numpy(np.asarray(meta["index"], dtype=np.int64)),
             is_padding=torch.from_numpy(np.asarray(meta["is_padding"], dtype=bool)),

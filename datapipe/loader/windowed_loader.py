@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
+import torch
 
 from datapipe.errors import ArgumentError
 from datapipe.loader.arguments import check_counter
@@ -59,12 +59,14 @@ class WindowedLoader(LoaderBase):
         for b, (meta, slot) in enumerate(self._producer.batches(plan, epoch, start, upcoming),
                                          start):
             t0 = time.perf_counter()
-            batch = self._host_batch(b, meta, slot.numpy(), plan)
+            batch = self._host_batch(b, meta, slot, plan)
             self._record(b, meta, {"collate": time.perf_counter() - t0})
             yield b, batch
 
-    def _host_batch(self, b: int, meta: dict[str, Any], slot: np.ndarray,
+    def _host_batch(self, b: int, meta: dict[str, Any], slot: torch.Tensor,
                     plan: WindowedRankPlan) -> dict[str, Any]:
+        """Batch b from the worker's metadata and its buffer (`slot`, the buffer's bytes:
+        tensors handed out should view it, `slots.slot_view`, to be copied in place)."""
         raise NotImplementedError
 
     # --- state ---------------------------------------------------------------------------

@@ -28,6 +28,28 @@ def _same(value: Any, other: Any) -> bool:
     return value == other
 
 
+def check_fields_view_batch_buffers(loader: Any, fields: tuple[str, ...]) -> None:
+    """Every batch's `fields` are views of a worker-filled batch buffer that `lock_pages`
+    recognises, so `device="cuda"` copies them in place (checked here without CUDA: a lock
+    that records what it was asked to lock)."""
+    from datapipe.loader.slots import SHARED_MEMFD, lock_pages
+
+    if not SHARED_MEMFD:
+        return
+    locked: list[tuple[int, int]] = []
+
+    def lock(address: int, nbytes: int) -> Callable[[], None]:
+        locked.append((address, nbytes))
+        return lambda: None
+
+    batches = 0
+    for batch in loader:
+        batches += 1
+        for name in fields:
+            assert lock_pages(batch[name], lock), f"{name} does not view a batch buffer"
+    assert batches and locked, "no batch buffer was locked"
+
+
 def check_cuda_batches_are_the_cpu_batches(make_loader: Callable[..., Any]) -> None:
     """`make_loader(device="cuda")` hands out, field by field, the batches `make_loader()`
     does, with every tensor on the GPU, while each copy queues behind a busy side stream: a

@@ -15,6 +15,7 @@ from datapipe.errors import ArgumentError, DataError
 from tests.conftest import convert
 from tests.loader.helpers import (
     check_cuda_batches_are_the_cpu_batches,
+    check_fields_view_batch_buffers,
     check_resume_at_every_step,
     indices_of,
     run_world,
@@ -112,6 +113,15 @@ def test_elastic_resume_at_another_world_size_sees_the_rest_once(photos: Path) -
     after, _ = run_world(lambda **kw: qwen(photos, **kw), 3, state)
     seen = [i for batches in before + after for i in indices_of(batches)]
     assert sorted(seen) == list(range(COUNT))
+
+
+def test_batch_fields_view_the_shared_buffers_so_a_gpu_copy_reads_them_in_place(
+        photos: Path) -> None:
+    with qwen(photos, num_workers=2) as loader:
+        check_fields_view_batch_buffers(loader, ("pixel_values", "patch_positions"))
+    with siglip(photos, num_workers=2) as loader:
+        check_fields_view_batch_buffers(loader, ("pixel_values", "pixel_attention_mask",
+                                                 "patch_positions"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

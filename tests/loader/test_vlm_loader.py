@@ -19,6 +19,7 @@ from datapipe.format.concat import open_dataset
 from tests.conftest import convert
 from tests.loader.helpers import (
     check_cuda_batches_are_the_cpu_batches,
+    check_fields_view_batch_buffers,
     check_resume_at_every_step,
     indices_of,
 )
@@ -214,6 +215,13 @@ def test_a_sample_over_the_budget_is_refused_or_dropped(data):
 def test_resume_at_every_step_with_workers(data):
     _, _, dataset = data
     check_resume_at_every_step(lambda: dp.VLMLoader(dataset, 1024, seed=5, num_workers=2))
+
+
+def test_batch_fields_view_the_shared_buffers_so_a_gpu_copy_reads_them_in_place(data):
+    _, _, dataset = data
+    with dp.VLMLoader(dataset, 1024, seed=5, num_workers=2) as loader:
+        check_fields_view_batch_buffers(loader, ("pixel_values", "input_ids", "labels",
+                                                 "position_ids"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
