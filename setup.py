@@ -8,8 +8,9 @@ alone (slower for random crops, same results within rounding).
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("datapipe.image._jpeg",
-                             sources=["datapipe/image/_jpeg.c", "datapipe/image/resample.c"],
-                             depends=["datapipe/image/resample.h"],
+                             sources=["datapipe/image/_jpeg.c", "datapipe/image/resample.c",
+                                      "datapipe/image/ycc.c"],
+                             depends=["datapipe/image/resample.h", "datapipe/image/ycc.h"],
                              libraries=["jpeg"], optional=True,
                              extra_compile_args=["-O2"]),
                    # Patchify through the normalisation table (plain C, no library).

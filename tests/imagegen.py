@@ -19,6 +19,16 @@ def noise_image(width: int, height: int, seed: int, mode: str = "RGB") -> Image.
     return image if mode == "RGB" else image.convert(mode)
 
 
+def photo_image(width: int, height: int, seed: int) -> Image.Image:
+    """Smooth colour fields with detail in brightness, as photos are: `noise_image`'s noise,
+    independent per channel, is far harsher on colour (chroma) than any photo."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width] / max(width, height)
+    base = np.stack([128 + 100 * np.sin(3 * x + c + 6 * y * (c - 1)) for c in range(3)], -1)
+    detail = rng.normal(0, 12, (height, width, 1))
+    return Image.fromarray((base + detail).clip(0, 255).astype(np.uint8))
+
+
 def jpeg_bytes(image: Image.Image, quality: int = 90, **kwargs: object) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, "JPEG", quality=quality, **kwargs)

@@ -19,6 +19,16 @@
  *   C-contiguous) maps each channel's byte to what `out` holds instead (normalised floats,
  *   written as the batch's dtype): `out` is then H x W x 3 of the table's item size.
  *
+ * whole_into(data, scale_denom, flip, out, path="auto", size=(0, 0)) -> None
+ *   The whole image resized to fill `out` (H x W x 3 uint8), mirrored when `flip`: the patch
+ *   producer's call. A YCbCr JPEG is decoded to its planes as stored (no chroma upsampling,
+ *   no colour conversion at the stored size); each plane is resampled from its own pixels
+ *   with crop_into's filter and the colours converted at the output size, with libjpeg's
+ *   arithmetic (ycc.c). On photos shrunk to about half their size that is ~7 % less CPU than
+ *   decoding RGB and resizing it, and within 45 dB PSNR of it (chroma is smooth in photos;
+ *   on per-pixel colour noise the two differ more, ~31 dB). Other JPEGs (greyscale, a
+ *   colour space other than YCbCr) take crop_into's route.
+ *
  * resample_paths() -> tuple of the resampler paths this build and CPU can run.
  *
  * In both, rows above the box are skipped (entropy-decoded only), rows below are never read,
@@ -28,6 +38,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -35,6 +46,7 @@
 #include <jpeglib.h>
 
 #include "resample.h"
+#include "ycc.h"
 
 struct error_manager {
     struct jpeg_error_mgr pub;
@@ -56,7 +68,7 @@ static void on_message(j_common_ptr cinfo, int level) {
 
 /* Working memory per thread, freed when the thread ends. */
 struct buffers {
-    struct scratch pixels, resample;
+    struct scratch pixels, resample, planes;
 };
 static pthread_key_t buffers_key;
 static pthread_once_t buffers_once = PTHREAD_ONCE_INIT;
@@ -65,6 +77,7 @@ static void free_buffers(void *p) {
     struct buffers *b = p;
     free(b->pixels.data);
     free(b->resample.data);
+    free(b->planes.data);
     free(b);
 }
 
@@ -155,6 +168,97 @@ static int decode_box(const uint8_t *data, size_t len, int x0, int y0, int w, in
     jpeg_destroy_decompress(&cinfo); /* also aborts: rows below the box are never decoded */
     if (failed) strcpy(message, err.message);
     return failed ? -1 : 0;
+}
+
+/* A YCbCr JPEG's three planes as stored, each in its own pixels (chroma at its sampling). */
+struct planes {
+    uint8_t *pixels[3];
+    size_t stride[3];
+    int width[3], height[3]; /* decoded pixels that hold the image */
+    double box_w[3], box_h[3]; /* the image's extent in the plane's pixels */
+};
+
+/* Like decode_box for the whole image, but to planes (libjpeg's raw data). Returns 1 when the
+   JPEG is not 3-component YCbCr with luma at the highest sampling (the caller decodes RGB). */
+static int decode_planes(const uint8_t *data, size_t len, int denom, int expect_w,
+                         int expect_h, struct scratch *mem, struct planes *out, char *message) {
+    struct jpeg_decompress_struct cinfo;
+    struct error_manager err;
+    int status = 0;
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = on_error;
+    err.pub.emit_message = on_message;
+    err.message[0] = '\0';
+    if (setjmp(err.jump)) {
+        status = -1;
+    } else {
+        jpeg_create_decompress(&cinfo);
+        jpeg_mem_src(&cinfo, data, (unsigned long)len);
+        jpeg_read_header(&cinfo, TRUE);
+        if (expect_w > 0 && ((int)cinfo.image_width != expect_w ||
+                             (int)cinfo.image_height != expect_h)) {
+            snprintf(err.message, sizeof err.message, "the JPEG is %ux%u pixels, not %dx%d",
+                     (unsigned)cinfo.image_width, (unsigned)cinfo.image_height, expect_w,
+                     expect_h);
+            longjmp(err.jump, 1);
+        }
+        jpeg_component_info *c = cinfo.comp_info;
+        if (cinfo.num_components != 3 || cinfo.jpeg_color_space != JCS_YCbCr ||
+            c[0].h_samp_factor != cinfo.max_h_samp_factor ||
+            c[0].v_samp_factor != cinfo.max_v_samp_factor ||
+            c[1].h_samp_factor != c[2].h_samp_factor ||
+            c[1].v_samp_factor != c[2].v_samp_factor) {
+            status = 1;
+        } else {
+            cinfo.raw_data_out = TRUE;
+            cinfo.out_color_space = JCS_YCbCr;
+            cinfo.scale_num = 1;
+            cinfo.scale_denom = (unsigned int)denom;
+            jpeg_start_decompress(&cinfo);
+            int lines = cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size; /* per call */
+            int calls = ((int)cinfo.output_height + lines - 1) / lines;
+            size_t offset[3], total = 0;
+            for (int k = 0; k < 3; k++) {
+                int per_call = c[k].v_samp_factor * c[k].DCT_scaled_size;
+                int alloc_w = (int)c[k].width_in_blocks * c[k].DCT_scaled_size;
+                out->stride[k] = ((size_t)alloc_w + 16 + 15) & ~(size_t)15;
+                offset[k] = total;
+                /* every call's rows, plus one readable row for the resampler's padding */
+                total += out->stride[k] * (size_t)(calls * per_call + 1);
+                out->width[k] = (int)c[k].downsampled_width;
+                out->height[k] = (int)c[k].downsampled_height;
+                double scale = (double)c[k].DCT_scaled_size / DCTSIZE;
+                out->box_w[k] = cinfo.image_width * scale * c[k].h_samp_factor /
+                                cinfo.max_h_samp_factor;
+                out->box_h[k] = cinfo.image_height * scale * c[k].v_samp_factor /
+                                cinfo.max_v_samp_factor;
+            }
+            uint8_t *base = scratch_reserve(mem, total);
+            if (base == NULL) {
+                strcpy(err.message, "out of memory");
+                status = -1;
+            } else {
+                for (int k = 0; k < 3; k++) out->pixels[k] = base + offset[k];
+                JSAMPROW rows[3][4 * DCTSIZE];
+                JSAMPARRAY planes[3] = {rows[0], rows[1], rows[2]};
+                for (int call = 0; call < calls; call++) {
+                    for (int k = 0; k < 3; k++) {
+                        int per_call = c[k].v_samp_factor * c[k].DCT_scaled_size;
+                        for (int r = 0; r < per_call; r++)
+                            rows[k][r] = out->pixels[k] +
+                                         out->stride[k] * (size_t)(call * per_call + r);
+                    }
+                    jpeg_read_raw_data(&cinfo, planes, (JDIMENSION)lines);
+                }
+                for (int k = 0; k < 3; k++) /* the padding row */
+                    memset(out->pixels[k] + out->stride[k] * (size_t)(calls *
+                           c[k].v_samp_factor * c[k].DCT_scaled_size), 0, out->stride[k]);
+            }
+        }
+    }
+    jpeg_destroy_decompress(&cinfo);
+    if (status < 0) strcpy(message, err.message);
+    return status;
 }
 
 static int check_denom(int denom) {
@@ -309,6 +413,80 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_RETURN_NONE;
 }
 
+/* The decoded planes resized to out_w x out_h and converted to RGB at `dst`. */
+static int planes_into(const struct planes *planes, int flip, uint8_t *dst, int out_w,
+                       int out_h, int path, struct buffers *mem) {
+    size_t stride = ((size_t)out_w + 15) & ~(size_t)15, plane = stride * (size_t)out_h;
+    uint8_t *sized = scratch_reserve(&mem->planes, 3 * plane);
+    if (sized == NULL) return -1;
+    for (int k = 0; k < 3; k++)
+        if (resample_plane(planes->pixels[k], planes->width[k], planes->height[k],
+                           planes->stride[k], planes->box_w[k], planes->box_h[k], flip,
+                           sized + plane * (size_t)k, out_w, out_h, stride, path,
+                           &mem->resample))
+            return -1;
+    int avx2 = ycc_avx2_available() && (path == RESAMPLE_AVX2 || path == RESAMPLE_AUTO);
+    ycc_to_rgb(sized, sized + plane, sized + 2 * plane, stride, out_w, out_h, dst,
+               (size_t)out_w * 3, avx2);
+    return 0;
+}
+
+static PyObject *whole_into(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"data", "scale_denom", "flip", "out", "path", "size", NULL};
+    Py_buffer data, out;
+    int denom, flip, failed = 0, expect_w = 0, expect_h = 0;
+    const char *path_name = "auto";
+    PyObject *out_obj;
+    char message[JMSG_LENGTH_MAX] = "";
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ipO|s(ii)", keywords, &data, &denom,
+                                     &flip, &out_obj, &path_name, &expect_w, &expect_h))
+        return NULL;
+    int path = resample_path(path_name);
+    if (path < 0 || !resample_path_available(path)) {
+        PyBuffer_Release(&data);
+        return PyErr_Format(PyExc_ValueError, "resampler path %s is not available here",
+                            path_name);
+    }
+    if (check_denom(denom) || get_output(out_obj, 1, &out)) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    int out_h = (int)out.shape[0], out_w = (int)out.shape[1];
+    struct buffers *mem = thread_buffers();
+    if (mem == NULL) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&out);
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    struct planes planes;
+    failed = decode_planes(data.buf, (size_t)data.len, denom, expect_w, expect_h,
+                           &mem->pixels, &planes, message);
+    if (failed == 0 && planes_into(&planes, flip, out.buf, out_w, out_h, path, mem)) {
+        strcpy(message, "out of memory");
+        failed = -1;
+    } else if (failed == 1) { /* not YCbCr: decode RGB and resize it, as crop_into does */
+        struct region r;
+        struct output_map bytes = {NULL, 1};
+        failed = decode_box(data.buf, (size_t)data.len, 0, 0, INT_MAX / 2, INT_MAX / 2,
+                            denom, expect_w, expect_h, JCS_EXT_RGBX, 4, 4, &mem->pixels, &r,
+                            message);
+        if (!failed && resample_box_rgbx_to_rgb(r.pixels, r.width, r.height, r.stride, 0.0,
+                                                0.0, r.width, r.height, flip, out.buf,
+                                                out_w, out_h, path, &bytes,
+                                                &mem->resample)) {
+            strcpy(message, "out of memory");
+            failed = -1;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&out);
+    if (failed) return PyErr_Format(PyExc_ValueError, "libjpeg: %s", message);
+    Py_RETURN_NONE;
+}
+
 /* map_into(pixels, table, out): H x W x 3 uint8 `pixels` through `table` into `out` (the
    table's item size): the decoder's own output map, for pixels that steps changed after it. */
 static PyObject *map_into(PyObject *self, PyObject *args) {
@@ -356,6 +534,8 @@ static PyMethodDef methods[] = {
     {"crop_into", (PyCFunction)(void (*)(void))crop_into, METH_VARARGS | METH_KEYWORDS,
      "crop_into(data, region, scale_denom, box, flip, out, path='auto', size=(0, 0), "
      "table=None) -> None"},
+    {"whole_into", (PyCFunction)(void (*)(void))whole_into, METH_VARARGS | METH_KEYWORDS,
+     "whole_into(data, scale_denom, flip, out, path='auto', size=(0, 0)) -> None"},
     {"map_into", map_into, METH_VARARGS,
      "map_into(pixels, table, out) -> None: each byte through the 3 x 256 table"},
     {"resample_paths", resample_paths, METH_NOARGS,

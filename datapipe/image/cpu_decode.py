@@ -22,9 +22,9 @@ from datapipe.errors import DataError
 from datapipe.image.pixel_map import apply_table
 
 try:  # the optional C extension: region decode and resample straight from libjpeg-turbo
-    from datapipe.image._jpeg import crop_into, decode_region
+    from datapipe.image._jpeg import crop_into, decode_region, whole_into
 except ImportError as exc:  # built without libjpeg headers: PIL does all the decoding
-    crop_into = decode_region = None
+    crop_into = decode_region = whole_into = None
     _EXTENSION_MISSING = str(exc)
 else:
     _EXTENSION_MISSING = ""
@@ -109,10 +109,8 @@ def decode_whole_into(payload: bytes, encoding: str, height: int, width: int, fl
     if encoding != "raw" and crop_into is not None:
         out_h, out_w = out.shape[:2]
         try:
-            crop_into(payload, (0, 0, width, height), _scale_denom(min(width / out_w,
-                                                                       height / out_h)),
-                      (0.0, 0.0, float(width), float(height)), flip, out,
-                      size=(width, height))
+            whole_into(payload, _scale_denom(min(width / out_w, height / out_h)), flip, out,
+                       size=(width, height))
             return
         except ValueError:  # libjpeg declines: the general path uses PIL, or names why
             pass

@@ -457,3 +457,88 @@ done:
     axis_free(&ay);
     return status;
 }
+
+/* rows x cols bytes at `src` (rows `src_stride` apart) to cols x rows at `dst` (`dst_stride`
+   apart): 8 x 8 tiles with SSE2 unpacks (few enough registers that none spill), the edges one
+   byte at a time. Tiles go down a strip of 8 source columns, so each output row is written
+   in order and the strip's source lines (rows x 64 bytes) stay in the L1 cache. */
+static void transpose_bytes(const uint8_t *src, size_t src_stride, int rows, int cols,
+                            uint8_t *dst, size_t dst_stride) {
+    int c0 = 0;
+#if HAVE_SSE2
+    for (; c0 + 8 <= cols; c0 += 8) {
+        int r0 = 0;
+        for (; r0 + 8 <= rows; r0 += 8) {
+            const uint8_t *s0 = src + src_stride * (size_t)r0 + c0;
+            __m128i r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm_loadl_epi64((const __m128i *)(s0 + src_stride * (size_t)i));
+            /* bytes of rows (0,1) (2,3) (4,5) (6,7) interleaved, then their 16-bit pairs,
+               then 32-bit quads: each 128-bit result holds two output rows */
+            __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpacklo_epi8(r[2], r[3]);
+            __m128i a2 = _mm_unpacklo_epi8(r[4], r[5]), a3 = _mm_unpacklo_epi8(r[6], r[7]);
+            __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
+            __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
+            __m128i c[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2),
+                            _mm_unpacklo_epi32(b1, b3), _mm_unpackhi_epi32(b1, b3)};
+            uint8_t *d0 = dst + dst_stride * (size_t)c0 + r0;
+            for (int i = 0; i < 4; i++) {
+                _mm_storel_epi64((__m128i *)(d0 + dst_stride * (size_t)(2 * i)), c[i]);
+                _mm_storel_epi64((__m128i *)(d0 + dst_stride * (size_t)(2 * i + 1)),
+                                 _mm_unpackhi_epi64(c[i], c[i]));
+            }
+        }
+        for (int j = c0; j < c0 + 8; j++)
+            for (int i = r0; i < rows; i++)
+                dst[dst_stride * (size_t)j + i] = src[src_stride * (size_t)i + j];
+    }
+#endif
+    for (int j = c0; j < cols; j++)
+        for (int i = 0; i < rows; i++)
+            dst[dst_stride * (size_t)j + i] = src[src_stride * (size_t)i + j];
+}
+
+/* Rows `in_rows` -> `ax`'s outputs: output row d (from axis index flip ? n-1-d : d) of
+   `row_bytes` bytes. The source has one readable row past its last for padding taps. */
+static void vertical_rows(int path, const uint8_t *src, size_t src_stride,
+                          const struct axis *ax, int n, int flip, int row_bytes, uint8_t *dst,
+                          size_t dst_stride) {
+    for (int d = 0; d < n; d++) {
+        int i = flip ? n - 1 - d : d;
+        vertical_row(path, src + src_stride * (size_t)ax->start[i], src_stride, row_bytes,
+                     ax->npairs[i], ax->pairs + (size_t)i * (size_t)ax->max_pairs,
+                     dst + dst_stride * (size_t)d);
+    }
+}
+
+static size_t padded_stride(int bytes) { return ((size_t)bytes + 16 + 15) & ~(size_t)15; }
+
+int resample_plane(const uint8_t *src, int src_w, int src_h, size_t src_stride, double box_w,
+                   double box_h, int flip, uint8_t *dst, int out_w, int out_h,
+                   size_t dst_stride, int path, struct scratch *work) {
+    struct axis ax = {0}, ay = {0};
+    int status = -1;
+    if (axis_init(&ax, src_w, out_w, 0.0, box_w) || axis_init(&ay, src_h, out_h, 0.0, box_h))
+        goto done;
+    if (path == RESAMPLE_AUTO)
+        path = resample_path_available(RESAMPLE_AVX2)   ? RESAMPLE_AVX2
+               : resample_path_available(RESAMPLE_SSE2) ? RESAMPLE_SSE2
+                                                        : RESAMPLE_PORTABLE;
+    /* tall: out_h rows of src_w; wide: its transpose, src_w (+1 zero row) rows of out_h;
+       narrow: out_w rows of out_h, transposed into dst. */
+    size_t tall_stride = padded_stride(src_w), wide_stride = padded_stride(out_h);
+    size_t tall = tall_stride * (size_t)out_h, wide = wide_stride * (size_t)(src_w + 1);
+    uint8_t *mem = scratch_reserve(work, tall + wide + wide_stride * (size_t)out_w);
+    if (mem == NULL) goto done;
+    uint8_t *tall_rows = mem, *wide_rows = mem + tall, *narrow = mem + tall + wide;
+    vertical_rows(path, src, src_stride, &ay, out_h, 0, src_w, tall_rows, tall_stride);
+    transpose_bytes(tall_rows, tall_stride, out_h, src_w, wide_rows, wide_stride);
+    memset(wide_rows + wide_stride * (size_t)src_w, 0, wide_stride);
+    vertical_rows(path, wide_rows, wide_stride, &ax, out_w, flip, out_h, narrow, wide_stride);
+    transpose_bytes(narrow, wide_stride, out_w, out_h, dst, dst_stride);
+    status = 0;
+done:
+    axis_free(&ax);
+    axis_free(&ay);
+    return status;
+}
