@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -41,7 +44,7 @@ def one_second_per_batch(monkeypatch: pytest.MonkeyPatch) -> None:
         return now["t"]
 
     monkeypatch.setattr(clock.time, "perf_counter", tick)
-    monkeypatch.setattr(clock, "tree_cpu_seconds", lambda: now["t"] / 2)
+    monkeypatch.setattr(clock.TreeCPU, "seconds", lambda self, rescan: now["t"] / 2)
 
 
 @pytest.mark.usefixtures("one_second_per_batch")
@@ -62,6 +65,26 @@ def test_without_warmup_the_clock_starts_at_the_first_batch() -> None:
     assert result["images"] == 2 * IMAGES_PER_EPOCH - BATCH
     assert result["seconds"] == 5.0
     assert result["rate"] == (2 * IMAGES_PER_EPOCH - BATCH) / 5.0
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_the_per_batch_cpu_clock_agrees_with_a_full_scan() -> None:
+    """Between rescans only the known processes' own stat files are read: a worker's CPU is
+    counted while it runs and, once reaped, in its parent, as the full scan counts it."""
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\n"
+                              "while time.time() - t < 1.2: pass"])
+    try:
+        time.sleep(0.2)
+        cpu = clock.TreeCPU()
+        start, start_full = cpu.seconds(rescan=True), clock.tree_cpu_seconds()
+        time.sleep(0.6)
+        assert cpu.seconds(rescan=False) - start == pytest.approx(
+            clock.tree_cpu_seconds() - start_full, abs=0.05)
+        assert cpu.seconds(rescan=False) - start > 0.3  # the child's busy loop
+    finally:
+        child.wait()
+    assert cpu.seconds(rescan=False) - start == pytest.approx(
+        clock.tree_cpu_seconds() - start_full, abs=0.05)
 
 
 def test_a_tool_that_skips_part_of_the_job_fails_its_run() -> None:
