@@ -123,8 +123,11 @@ class PatchBatchBuilder:
         """Each image's patches and their positions into place: (the batch places of those
         made, the images skipped and why, seconds reading)."""
         idx = task.indices
-        heights, widths = self.heights[idx], self.widths[idx]
-        th, tw = targets
+        # Python ints once a batch: NumPy scalar arithmetic per image cost more than the rest
+        # of this loop's own work.
+        heights, widths = self.heights[idx].tolist(), self.widths[idx].tolist()
+        th, tw = targets[0].tolist(), targets[1].tolist()
+        shard_of, row_of = shards.tolist(), rows.tolist()
         p = self.spec.patches.geometry.patch_size
         mirrored = flips(self.seeds, task.epoch, idx) if self.spec.flip else [False] * len(idx)
         kept: list[int] = []
@@ -132,29 +135,29 @@ class PatchBatchBuilder:
         pos, read_s = 0, 0.0
         for j, index in enumerate(idx.tolist()):
             t0 = time.perf_counter()
-            shard = self.dataset.shard(int(shards[j]))
-            data = shard.payload("image", int(rows[j])).tobytes()
+            shard = self.dataset.shard(shard_of[j])
+            data = shard.payload("image", row_of[j])  # a view of the shard: no copy
             read_s += time.perf_counter() - t0
-            n = int(th[j] // p * (tw[j] // p))
+            rows_j, cols_j = th[j] // p, tw[j] // p
+            n = rows_j * cols_j
             at = pos if self.spec.layout == "packed" else len(kept) * self.spec.row_patches
             steps = functools.partial(self.steps.run, epoch=task.epoch, index=index) \
                 if self.steps else None
             try:
-                self.producer.produce(data, self.encoding, (int(heights[j]), int(widths[j])),
-                                      (int(th[j]), int(tw[j])), mirrored[j], pixels[at:at + n],
-                                      steps)
+                self.producer.produce(data, self.encoding, (heights[j], widths[j]),
+                                      (th[j], tw[j]), mirrored[j], pixels[at:at + n], steps)
             except ArgumentError:
                 raise  # a step's wrong output: the step's fault, not the sample's
             except Exception as exc:  # untrusted bytes or the user's step: names the sample
                 what = exc if isinstance(exc, StepFailed) else \
                     f"cannot decode: {type(exc).__name__}: {exc}"
-                reason = f"{sample_where(self.dataset, shard, int(rows[j]), index)}: {what}"
+                reason = f"{sample_where(self.dataset, shard, row_of[j], index)}: {what}"
                 if self.spec.on_error == "raise":
                     raise DataError(reason + " (pass on_error='skip' to skip such samples)") \
                         from exc
                 skipped.append((index, reason))
                 continue
-            positions[at:at + n] = self.producer.coordinates(int(th[j] // p), int(tw[j] // p))
+            positions[at:at + n] = self.producer.coordinates(rows_j, cols_j)
             kept.append(j)
             pos = at + n
         return kept, skipped, read_s
