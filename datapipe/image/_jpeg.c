@@ -66,6 +66,30 @@ static void on_message(j_common_ptr cinfo, int level) {
     if (level < 0) on_error(cinfo);
 }
 
+/* Errors to `err` (a longjmp to err->jump), then the header of `data` read into `cinfo`;
+   longjmps unless the image is `expect_w` x `expect_h` (when those are > 0). Call
+   `watch_errors` before the setjmp, `read_header` after it. */
+static void watch_errors(struct jpeg_decompress_struct *cinfo, struct error_manager *err) {
+    cinfo->err = jpeg_std_error(&err->pub);
+    err->pub.error_exit = on_error;
+    err->pub.emit_message = on_message;
+    err->message[0] = '\0';
+}
+
+static void read_header(struct jpeg_decompress_struct *cinfo, struct error_manager *err,
+                        const uint8_t *data, size_t len, int expect_w, int expect_h) {
+    jpeg_create_decompress(cinfo);
+    jpeg_mem_src(cinfo, data, (unsigned long)len);
+    jpeg_read_header(cinfo, TRUE);
+    if (expect_w > 0 && ((int)cinfo->image_width != expect_w ||
+                         (int)cinfo->image_height != expect_h)) {
+        snprintf(err->message, sizeof err->message, "the JPEG is %ux%u pixels, not %dx%d",
+                 (unsigned)cinfo->image_width, (unsigned)cinfo->image_height, expect_w,
+                 expect_h);
+        longjmp(err->jump, 1);
+    }
+}
+
 /* Working memory per thread, freed when the thread ends. */
 struct buffers {
     struct scratch pixels, resample, planes;
@@ -112,23 +136,11 @@ static int decode_box(const uint8_t *data, size_t len, int x0, int y0, int w, in
     struct jpeg_decompress_struct cinfo;
     struct error_manager err;
     int failed = 0;
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = on_error;
-    err.pub.emit_message = on_message;
-    err.message[0] = '\0';
+    watch_errors(&cinfo, &err);
     if (setjmp(err.jump)) {
         failed = 1;
     } else {
-        jpeg_create_decompress(&cinfo);
-        jpeg_mem_src(&cinfo, data, (unsigned long)len);
-        jpeg_read_header(&cinfo, TRUE);
-        if (expect_w > 0 && ((int)cinfo.image_width != expect_w ||
-                             (int)cinfo.image_height != expect_h)) {
-            snprintf(err.message, sizeof err.message, "the JPEG is %ux%u pixels, not %dx%d",
-                     (unsigned)cinfo.image_width, (unsigned)cinfo.image_height, expect_w,
-                     expect_h);
-            longjmp(err.jump, 1);
-        }
+        read_header(&cinfo, &err, data, len, expect_w, expect_h);
         cinfo.out_color_space = space;
         cinfo.scale_num = 1;
         cinfo.scale_denom = (unsigned int)denom;
@@ -185,23 +197,11 @@ static int decode_planes(const uint8_t *data, size_t len, int denom, int expect_
     struct jpeg_decompress_struct cinfo;
     struct error_manager err;
     int status = 0;
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = on_error;
-    err.pub.emit_message = on_message;
-    err.message[0] = '\0';
+    watch_errors(&cinfo, &err);
     if (setjmp(err.jump)) {
         status = -1;
     } else {
-        jpeg_create_decompress(&cinfo);
-        jpeg_mem_src(&cinfo, data, (unsigned long)len);
-        jpeg_read_header(&cinfo, TRUE);
-        if (expect_w > 0 && ((int)cinfo.image_width != expect_w ||
-                             (int)cinfo.image_height != expect_h)) {
-            snprintf(err.message, sizeof err.message, "the JPEG is %ux%u pixels, not %dx%d",
-                     (unsigned)cinfo.image_width, (unsigned)cinfo.image_height, expect_w,
-                     expect_h);
-            longjmp(err.jump, 1);
-        }
+        read_header(&cinfo, &err, data, len, expect_w, expect_h);
         jpeg_component_info *c = cinfo.comp_info;
         if (cinfo.num_components != 3 || cinfo.jpeg_color_space != JCS_YCbCr ||
             c[0].h_samp_factor != cinfo.max_h_samp_factor ||
@@ -299,6 +299,16 @@ static int resample_path(const char *name) {
     return -1;
 }
 
+/* The RESAMPLE_* code of `name` when this build and CPU run it; -1 with ValueError set. */
+static int available_path(const char *name) {
+    int path = resample_path(name);
+    if (path < 0 || !resample_path_available(path)) {
+        PyErr_Format(PyExc_ValueError, "resampler path %s is not available here", name);
+        return -1;
+    }
+    return path;
+}
+
 static PyObject *resample_paths(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -361,11 +371,10 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
                                      &rx, &ry, &rw, &rh, &denom, &bx0, &by0, &bx1, &by1, &flip,
                                      &out_obj, &path_name, &expect_w, &expect_h, &table_obj))
         return NULL;
-    int path = resample_path(path_name);
-    if (path < 0 || !resample_path_available(path)) {
+    int path = available_path(path_name);
+    if (path < 0) {
         PyBuffer_Release(&data);
-        return PyErr_Format(PyExc_ValueError, "resampler path %s is not available here",
-                            path_name);
+        return NULL;
     }
     if (check_denom(denom) || get_output_map(table_obj, &table, &map)) {
         PyBuffer_Release(&data);
@@ -442,11 +451,10 @@ static PyObject *whole_into(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*ipO|s(ii)", keywords, &data, &denom,
                                      &flip, &out_obj, &path_name, &expect_w, &expect_h))
         return NULL;
-    int path = resample_path(path_name);
-    if (path < 0 || !resample_path_available(path)) {
+    int path = available_path(path_name);
+    if (path < 0) {
         PyBuffer_Release(&data);
-        return PyErr_Format(PyExc_ValueError, "resampler path %s is not available here",
-                            path_name);
+        return NULL;
     }
     if (check_denom(denom) || get_output(out_obj, 1, &out)) {
         PyBuffer_Release(&data);
