@@ -428,12 +428,19 @@ static int planes_into(const struct planes *planes, int flip, uint8_t *dst, int 
     size_t stride = ((size_t)out_w + 15) & ~(size_t)15, plane = stride * (size_t)out_h;
     uint8_t *sized = scratch_reserve(&mem->planes, 3 * plane);
     if (sized == NULL) return -1;
-    for (int k = 0; k < 3; k++)
-        if (resample_plane(planes->pixels[k], planes->width[k], planes->height[k],
-                           planes->stride[k], planes->box_w[k], planes->box_h[k], flip,
-                           sized + plane * (size_t)k, out_w, out_h, stride, path,
-                           &mem->resample))
+    uint8_t *const out[3] = {sized, sized + plane, sized + 2 * plane};
+    /* Cb and Cr share a size (and so their filter weights) whenever they share sampling. */
+    int chroma_alike = planes->width[1] == planes->width[2] &&
+                       planes->height[1] == planes->height[2] &&
+                       planes->box_w[1] == planes->box_w[2] && planes->box_h[1] == planes->box_h[2];
+    for (int k = 0, count; k < 3; k += count) {
+        count = k == 1 && chroma_alike ? 2 : 1;
+        if (resample_planes(count, (const uint8_t *const *)&planes->pixels[k],
+                            planes->width[k], planes->height[k], &planes->stride[k],
+                            planes->box_w[k], planes->box_h[k], flip, &out[k], out_w, out_h,
+                            stride, path, &mem->resample))
             return -1;
+    }
     int avx2 = ycc_avx2_available() && (path == RESAMPLE_AVX2 || path == RESAMPLE_AUTO);
     ycc_to_rgb(sized, sized + plane, sized + 2 * plane, stride, out_w, out_h, dst,
                (size_t)out_w * 3, avx2);

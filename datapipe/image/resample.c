@@ -272,11 +272,34 @@ TARGET_AVX2 static void horizontal4_avx2(const uint8_t *row, size_t src_stride,
     }
 }
 
-/* 16 bytes per step: interleave two rows' bytes, widen each half to 16 int16, one madd each. */
+/* 32 bytes per step: the two rows' bytes interleaved and widened within each 128-bit lane,
+   four madds; packing within lanes then puts the 32 results back in order. */
 TARGET_AVX2 static void vertical_avx2(const uint8_t *first, size_t stride, int row_bytes,
                                       int npairs, const int32_t *c, uint8_t *out) {
     const __m256i round = _mm256_set1_epi32(1 << (PREC - 1));
+    const __m256i zero = _mm256_setzero_si256();
     int x = 0;
+    for (; x + 32 <= row_bytes; x += 32) {
+        __m256i acc0 = round, acc1 = round, acc2 = round, acc3 = round;
+        const uint8_t *p = first + x;
+        for (int k = 0; k < npairs; k++, p += 2 * stride) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)p);
+            __m256i b = _mm256_loadu_si256((const __m256i *)(p + stride));
+            __m256i cc = _mm256_set1_epi32(c[k]);
+            __m256i lo = _mm256_unpacklo_epi8(a, b), hi = _mm256_unpackhi_epi8(a, b);
+            /* lanes: lo = bytes 0-7 | 16-23 as pairs, hi = 8-15 | 24-31 */
+            acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_unpacklo_epi8(lo, zero), cc));
+            acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_unpackhi_epi8(lo, zero), cc));
+            acc2 = _mm256_add_epi32(acc2, _mm256_madd_epi16(_mm256_unpacklo_epi8(hi, zero), cc));
+            acc3 = _mm256_add_epi32(acc3, _mm256_madd_epi16(_mm256_unpackhi_epi8(hi, zero), cc));
+        }
+        /* acc0: bytes 0-3 | 16-19, acc1: 4-7 | 20-23, acc2: 8-11 | 24-27, acc3: 12-15 | 28-31 */
+        __m256i w01 = _mm256_packs_epi32(_mm256_srai_epi32(acc0, PREC),
+                                         _mm256_srai_epi32(acc1, PREC));
+        __m256i w23 = _mm256_packs_epi32(_mm256_srai_epi32(acc2, PREC),
+                                         _mm256_srai_epi32(acc3, PREC));
+        _mm256_storeu_si256((__m256i *)(out + x), _mm256_packus_epi16(w01, w23));
+    }
     for (; x + 16 <= row_bytes; x += 16) {
         __m256i lo = round, hi = round;
         const uint8_t *p = first + x;
@@ -462,15 +485,67 @@ done:
    apart): 8 x 8 tiles with SSE2 unpacks (few enough registers that none spill), the edges one
    byte at a time. Tiles go down a strip of 8 source columns, so each output row is written
    in order and the strip's source lines (rows x 64 bytes) stay in the L1 cache. */
+#if HAVE_SSE2
+/* Fully unrolled, so the tile stays in registers (GCC keeps arrays in memory otherwise). */
+#define UNROLLED _Pragma("GCC unroll 16")
+
+/* One 16 x 16 tile: four rounds of unpacks (bytes, then 16-, 32-, 64-bit pairs). */
+static void transpose16(const uint8_t *src, size_t src_stride, uint8_t *dst,
+                        size_t dst_stride) {
+    __m128i a[16], b[16];
+    UNROLLED
+    for (int i = 0; i < 16; i++)
+        a[i] = _mm_loadu_si128((const __m128i *)(src + src_stride * (size_t)i));
+    UNROLLED
+    for (int i = 0; i < 8; i++) {
+        b[i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
+        b[i + 8] = _mm_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
+    }
+    UNROLLED
+    for (int h = 0; h < 2; h++)
+        UNROLLED
+        for (int i = 0; i < 4; i++) {
+            a[8 * h + i] = _mm_unpacklo_epi16(b[8 * h + 2 * i], b[8 * h + 2 * i + 1]);
+            a[8 * h + i + 4] = _mm_unpackhi_epi16(b[8 * h + 2 * i], b[8 * h + 2 * i + 1]);
+        }
+    UNROLLED
+    for (int q = 0; q < 4; q++)
+        UNROLLED
+        for (int i = 0; i < 2; i++) {
+            b[4 * q + i] = _mm_unpacklo_epi32(a[4 * q + 2 * i], a[4 * q + 2 * i + 1]);
+            b[4 * q + i + 2] = _mm_unpackhi_epi32(a[4 * q + 2 * i], a[4 * q + 2 * i + 1]);
+        }
+    /* b[4q + 2t] holds columns 4q + 2t and 4q + 2t + 1 (a half each) of rows 0-7, b[4q + 2t + 1]
+       the same of rows 8-15 */
+    UNROLLED
+    for (int k = 0; k < 16; k += 2) {
+        _mm_storeu_si128((__m128i *)(dst + dst_stride * (size_t)k),
+                         _mm_unpacklo_epi64(b[k], b[k + 1]));
+        _mm_storeu_si128((__m128i *)(dst + dst_stride * (size_t)(k + 1)),
+                         _mm_unpackhi_epi64(b[k], b[k + 1]));
+    }
+}
+#endif
+
 static void transpose_bytes(const uint8_t *src, size_t src_stride, int rows, int cols,
                             uint8_t *dst, size_t dst_stride) {
     int c0 = 0;
 #if HAVE_SSE2
+    for (; c0 + 16 <= cols && rows >= 16; c0 += 16) {
+        int r0 = 0;
+        for (; r0 + 16 <= rows; r0 += 16)
+            transpose16(src + src_stride * (size_t)r0 + c0, src_stride,
+                        dst + dst_stride * (size_t)c0 + r0, dst_stride);
+        for (int j = c0; j < c0 + 16; j++)
+            for (int i = r0; i < rows; i++)
+                dst[dst_stride * (size_t)j + i] = src[src_stride * (size_t)i + j];
+    }
     for (; c0 + 8 <= cols; c0 += 8) {
         int r0 = 0;
         for (; r0 + 8 <= rows; r0 += 8) {
             const uint8_t *s0 = src + src_stride * (size_t)r0 + c0;
             __m128i r[8];
+            UNROLLED
             for (int i = 0; i < 8; i++)
                 r[i] = _mm_loadl_epi64((const __m128i *)(s0 + src_stride * (size_t)i));
             /* bytes of rows (0,1) (2,3) (4,5) (6,7) interleaved, then their 16-bit pairs,
@@ -482,6 +557,7 @@ static void transpose_bytes(const uint8_t *src, size_t src_stride, int rows, int
             __m128i c[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2),
                             _mm_unpacklo_epi32(b1, b3), _mm_unpackhi_epi32(b1, b3)};
             uint8_t *d0 = dst + dst_stride * (size_t)c0 + r0;
+            UNROLLED
             for (int i = 0; i < 4; i++) {
                 _mm_storel_epi64((__m128i *)(d0 + dst_stride * (size_t)(2 * i)), c[i]);
                 _mm_storel_epi64((__m128i *)(d0 + dst_stride * (size_t)(2 * i + 1)),
@@ -513,9 +589,10 @@ static void vertical_rows(int path, const uint8_t *src, size_t src_stride,
 
 static size_t padded_stride(int bytes) { return ((size_t)bytes + 16 + 15) & ~(size_t)15; }
 
-int resample_plane(const uint8_t *src, int src_w, int src_h, size_t src_stride, double box_w,
-                   double box_h, int flip, uint8_t *dst, int out_w, int out_h,
-                   size_t dst_stride, int path, struct scratch *work) {
+int resample_planes(int count, const uint8_t *const *src, int src_w, int src_h,
+                    const size_t *src_stride, double box_w, double box_h, int flip,
+                    uint8_t *const *dst, int out_w, int out_h, size_t dst_stride, int path,
+                    struct scratch *work) {
     struct axis ax = {0}, ay = {0};
     int status = -1;
     if (axis_init(&ax, src_w, out_w, 0.0, box_w) || axis_init(&ay, src_h, out_h, 0.0, box_h))
@@ -531,11 +608,15 @@ int resample_plane(const uint8_t *src, int src_w, int src_h, size_t src_stride, 
     uint8_t *mem = scratch_reserve(work, tall + wide + wide_stride * (size_t)out_w);
     if (mem == NULL) goto done;
     uint8_t *tall_rows = mem, *wide_rows = mem + tall, *narrow = mem + tall + wide;
-    vertical_rows(path, src, src_stride, &ay, out_h, 0, src_w, tall_rows, tall_stride);
-    transpose_bytes(tall_rows, tall_stride, out_h, src_w, wide_rows, wide_stride);
     memset(wide_rows + wide_stride * (size_t)src_w, 0, wide_stride);
-    vertical_rows(path, wide_rows, wide_stride, &ax, out_w, flip, out_h, narrow, wide_stride);
-    transpose_bytes(narrow, wide_stride, out_w, out_h, dst, dst_stride);
+    for (int k = 0; k < count; k++) {
+        vertical_rows(path, src[k], src_stride[k], &ay, out_h, 0, src_w, tall_rows,
+                      tall_stride);
+        transpose_bytes(tall_rows, tall_stride, out_h, src_w, wide_rows, wide_stride);
+        vertical_rows(path, wide_rows, wide_stride, &ax, out_w, flip, out_h, narrow,
+                      wide_stride);
+        transpose_bytes(narrow, wide_stride, out_w, out_h, dst[k], dst_stride);
+    }
     status = 0;
 done:
     axis_free(&ax);

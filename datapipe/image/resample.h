@@ -53,15 +53,17 @@ int resample_box_rgbx_to_rgb(const uint8_t *src, int src_w, int src_h, size_t sr
                              const struct output_map *map, struct scratch *work);
 
 /*
- * One 8-bit plane (a JPEG's Y, Cb or Cr): box (0, 0)-(box_w, box_h) of `src` (src_w x src_h,
- * rows `src_stride` bytes apart, each with 16 readable bytes after its last, and one readable
- * row after the last) resampled with the same filter to out_w x out_h bytes at `dst` (rows
- * `dst_stride` apart), mirrored when `flip`. Vertical pass first, then the horizontal one as a
- * vertical pass over the transposed rows: both run the SIMD row kernel, which a single
+ * `count` 8-bit planes of one size (a JPEG's Y, or its Cb and Cr): box (0, 0)-(box_w, box_h)
+ * of each `src[k]` (src_w x src_h, rows `src_stride[k]` bytes apart, each with 16 readable
+ * bytes after its last, and one readable row after the last) resampled with the same filter
+ * to out_w x out_h bytes at `dst[k]` (rows `dst_stride` apart), mirrored when `flip`; the
+ * filter weights are worked out once for all. Vertical pass first, then the horizontal one as
+ * a vertical pass over the transposed rows: both run the SIMD row kernel, which a single
  * channel cannot use horizontally. All paths give identical bytes. 0, or -1 out of memory.
  */
-int resample_plane(const uint8_t *src, int src_w, int src_h, size_t src_stride, double box_w,
-                   double box_h, int flip, uint8_t *dst, int out_w, int out_h,
-                   size_t dst_stride, int path, struct scratch *work);
+int resample_planes(int count, const uint8_t *const *src, int src_w, int src_h,
+                    const size_t *src_stride, double box_w, double box_h, int flip,
+                    uint8_t *const *dst, int out_w, int out_h, size_t dst_stride, int path,
+                    struct scratch *work);
 
 #endif

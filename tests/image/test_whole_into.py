@@ -58,8 +58,10 @@ def test_every_path_gives_the_same_bytes_and_stays_near_the_rgb_route(seed: int)
 
 
 def test_at_its_own_size_a_444_jpeg_is_libjpegs_own_decode() -> None:
-    """No resampling (weights of exactly 1) leaves the colour conversion alone: libjpeg's."""
-    for w, h, seed in ((123, 77, 1), (64, 64, 2), (17, 300, 3)):
+    """No resampling (weights of exactly 1) leaves the colour conversion alone: libjpeg's. The
+    sizes cross the plane transposes' 16 x 16 and 8 x 8 tiles and their byte-wise edges."""
+    for w, h, seed in ((123, 77, 1), (64, 64, 2), (17, 300, 3), (33, 16, 4), (16, 15, 5),
+                       (250, 190, 6), (7, 9, 7)):
         data = jpeg_bytes(noise_image(w, h, seed), subsampling=0)
         out = np.zeros((h, w, 3), np.uint8)
         jpeg.whole_into(data, 1, False, out)
