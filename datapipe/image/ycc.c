@@ -70,9 +70,10 @@ __attribute__((target("avx2"))) static void row_avx2(const uint8_t *y, const uin
         __m256i blue = _mm256_add_epi16(_mm256_add_epi16(l, _mm256_add_epi16(b, b)),
                                         fraction(lo, hi, w_b));
         __m128i planes[3] = {bytes_of(red), bytes_of(green), bytes_of(blue)};
-        for (int k = 0; k < 3; k++) {
+        /* unrolled, so the planes stay in registers and the masks are loaded once a row */
+        _Pragma("GCC unroll 3") for (int k = 0; k < 3; k++) {
             __m128i out = _mm_setzero_si128();
-            for (int c = 0; c < 3; c++)
+            _Pragma("GCC unroll 3") for (int c = 0; c < 3; c++)
                 out = _mm_or_si128(out, _mm_shuffle_epi8(
                                             planes[c],
                                             _mm_loadu_si128((const __m128i *)pick[k][c])));
