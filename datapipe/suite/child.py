@@ -32,7 +32,7 @@ def loaded() -> str:
 
 def main(argv: list[str]) -> int:
     from datapipe.suite.groups import load_group
-    from datapipe.suite.runner import CODE_ENV, write_child_result
+    from datapipe.suite.runner import BEFORE, CODE_ENV, write_child_result
 
     if argv[0] == "--form":
         group_name, form, job_json, result = argv[1:]
@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
         return 0
     group_name, peer_name, job_json, result = argv
     group = load_group(group_name)
-    peer = next(p for p in group.peers if p.name == peer_name.removesuffix("-before"))
+    peer = next(p for p in group.peers if p.name == peer_name.removesuffix(BEFORE))
     job = group.job_type(**json.loads(job_json))
     code = os.environ.get(CODE_ENV)
     if code:

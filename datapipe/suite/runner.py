@@ -33,6 +33,7 @@ CHILD_FAILURES = (RuntimeError, OSError, subprocess.TimeoutExpired)
 CHILD_ENV = {"LITDATA_DISABLE_VERSION_CHECK": "1", "HF_HUB_OFFLINE": "1",
              "HF_DATASETS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
 CODE_ENV = "DATAPIPE_SUITE_CODE"  # a run of a --before peer: the checkout its datapipe is from
+BEFORE = "-before"  # a --before twin's name: its peer's, then this
 NO_CUDA = "skipped: no CUDA device"  # why a group (or peer) that needs one did not run
 
 Record = dict[str, Any]  # one run's measurements, as its child wrote them plus run_child's
@@ -166,7 +167,7 @@ class Group:
 
     def all_peers(self, opts: Options) -> list[Peer]:
         """The peers, and with --before a twin of each of datapipe's run from that checkout."""
-        twins = [replace(p, name=f"{p.name}-before", label=f"{p.label} (--before)",
+        twins = [replace(p, name=p.name + BEFORE, label=f"{p.label} (--before)",
                          code=str(opts.before.resolve()))
                  for p in self.peers if p.ours and p.measure is not None] \
             if opts.before is not None else []

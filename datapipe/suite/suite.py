@@ -39,7 +39,7 @@ from datapipe.suite.report import (
     report,
     update_readme,
 )
-from datapipe.suite.runner import NO_CUDA, GroupResult, busy_warning, run_group
+from datapipe.suite.runner import BEFORE, NO_CUDA, GroupResult, busy_warning, run_group
 from datapipe.system import available_cores
 
 # The groups of each suite, and the stem of each group's own report.
@@ -66,7 +66,7 @@ def run(opts: Options) -> int:
     publish(info, suites, groups, opts)
     # A --before checkout may lack a tool of this one: its failures are reported, not fatal.
     failed = [e.label for ps in suites.values() for p in ps for e in p.entries
-              if e.ours and e.status.startswith("failed") and not e.name.endswith("-before")]
+              if e.ours and e.status.startswith("failed") and not e.name.endswith(BEFORE)]
     for label in failed:
         print(f"datapipe failed: {label}", flush=True)
     return 1 if failed else 0

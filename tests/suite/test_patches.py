@@ -9,10 +9,22 @@ from pathlib import Path
 import pytest
 
 from datapipe.suite import Options, run
+from datapipe.suite.groups.patches import GROUP
 from tests.suite.outputs import check_outputs
 
 DATA = Path(__file__).resolve().parents[2] / "bench-data"  # kept between runs, as the suite's
 PEERS = ("torch-qwen2_vl", "datapipe-qwen2_vl", "torch-siglip2", "datapipe-siglip2")
+
+
+def test_a_before_twin_measures_its_own_model(tmp_path: Path) -> None:
+    """--before twins are named "<peer>-before": each still runs its own model's batches."""
+    opts = Options.smoke_test(("patches",), tmp_path, data=DATA, before=DATA.parent)
+    meta = {"forms": {"photos": {"path": "photos"}, "native": {"path": "native"}},
+            "workers": 2, "warmup": 0, "epochs": 1}
+    jobs = {p.name: GROUP.job(p, meta, opts, tmp_path) for p in GROUP.all_peers(opts)}
+    assert {name: (job.model, job.data) for name, job in jobs.items()
+            if name.endswith("-before")} == {"datapipe-qwen2_vl-before": ("qwen2_vl", "native"),
+                                             "datapipe-siglip2-before": ("siglip2", "native")}
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from datapipe.suite.groups.gpu_peers import JITTER, LOOPS, Job, copy_run, loader
 from datapipe.suite.groups.recipe_peers import BUILT_IN, missing
 from datapipe.suite.options import Options
 from datapipe.suite.report import Entry, Panel, markdown_table
-from datapipe.suite.runner import Group, GroupResult, Outcome, Peer, Record, cuda_missing
+from datapipe.suite.runner import BEFORE, Group, GroupResult, Outcome, Peer, Record, cuda_missing
 
 LOADERS = ("dali", "cpu")
 ROWS = (*LOADERS, "recipe")  # the panel's: every loader run
@@ -76,7 +76,7 @@ class GpuGroup(Group):
         return cuda_missing()
 
     def prepare(self, opts: Options, outcomes: dict[str, Outcome]) -> dict[str, Any]:
-        for name in [n for n in outcomes if n.removesuffix("-before") == "recipe"]:
+        for name in [n for n in outcomes if n.removesuffix(BEFORE) == "recipe"]:
             if outcomes[name].status == "ok":
                 outcomes[name].status = missing(BUILT_IN) or "ok"
         shards, data = datapipe_shards(opts.data, opts.photos, opts.workers)
@@ -89,7 +89,7 @@ class GpuGroup(Group):
         return Job(**{f.name: meta[f.name] for f in fields(Job)})
 
     def progress(self, peer: Peer, run: Record) -> str:
-        if peer.name.removesuffix("-before") == "copy":
+        if peer.name.removesuffix(BEFORE) == "copy":
             return f"copy {run['copy_ms']:.2f} ms ({run['copy_gbps']:.1f} GB/s)"
         return (f"{run['images_per_s']:,.0f} images/s (other work: {run['others_cores']:.2f} "
                 "cores)")
@@ -97,7 +97,7 @@ class GpuGroup(Group):
     def panels(self, result: GroupResult) -> list[Panel]:
         entries = [Entry(p.name, p.label, result.outcomes[p.name].status,
                          [r["images_per_s"] for r in result.outcomes[p.name].runs], p.ours)
-                   for p in result.peers if p.name.removesuffix("-before") in ROWS]
+                   for p in result.peers if p.name.removesuffix(BEFORE) in ROWS]
         return [Panel("gpu", self.title, "images/s", entries, "dali", "cpu")]
 
     def details(self, result: GroupResult) -> list[str]:

@@ -18,7 +18,7 @@ from datapipe.suite.groups import hf_train_peers as hp
 from datapipe.suite.groups.text_peers import suite_dataset
 from datapipe.suite.options import Options
 from datapipe.suite.report import Entry, Panel, markdown_table
-from datapipe.suite.runner import Group, GroupResult, Outcome, Peer, Record, cuda_missing
+from datapipe.suite.runner import BEFORE, Group, GroupResult, Outcome, Peer, Record, cuda_missing
 
 SHORT = {"flash_attention_2": "fa2", "sdpa": "sdpa", "flex_attention": "flex"}
 ROWS = {f"{layout}-{short}": (attn, layout) for attn, short in SHORT.items()
@@ -32,7 +32,7 @@ LAYOUT_LABELS = {"packed": 'packed, preset="hf"', "padded": 'padded, labels="hf"
 
 
 def row(name: str) -> tuple[str, str]:
-    return ROWS[name.removesuffix("-before")]
+    return ROWS[name.removesuffix(BEFORE)]
 
 
 def measure(job: hp.TrainJob) -> Record:

@@ -17,7 +17,15 @@ from datapipe.suite.fixtures import ensure_form, ensure_photos, photo_stats, war
 from datapipe.suite.groups import patch_peers as peers
 from datapipe.suite.options import Options
 from datapipe.suite.report import Entry, Panel, goal_verdict, markdown_table, ratio
-from datapipe.suite.runner import CHILD_FAILURES, Group, GroupResult, Outcome, Peer, Record
+from datapipe.suite.runner import (
+    BEFORE,
+    CHILD_FAILURES,
+    Group,
+    GroupResult,
+    Outcome,
+    Peer,
+    Record,
+)
 
 MODELS = {"qwen2_vl": "Qwen2-VL", "siglip2": "SigLIP2 NaFlex"}
 GOAL_RATIO = 5.0  # datapipe >= this many times the torch DataLoader + processor
@@ -64,7 +72,7 @@ class PatchesGroup(Group):
 
     def job(self, peer: Peer, meta: dict[str, Any], opts: Options,
             run_dir: Path) -> peers.PatchJob:
-        model = peer.name.split("-", 1)[1]
+        model = peer.name.removesuffix(BEFORE).split("-", 1)[1]
         return peers.PatchJob(meta["forms"][peer.tag]["path"], model, meta["workers"],
                               meta["warmup"], meta["epochs"])
 
@@ -79,7 +87,7 @@ class PatchesGroup(Group):
         for model, name in MODELS.items():
             entries = [Entry(p.name, p.label, result.outcomes[p.name].status,
                              [r["rate"] for r in result.outcomes[p.name].runs], p.ours)
-                       for p in result.peers if p.name.endswith(model)]
+                       for p in result.peers if p.name.removesuffix(BEFORE).endswith(model)]
             job = (f"{meta['photos']['count']} JPEG photos → {name} `pixel_values` as its "
                    f"processor makes them, {meta['workers']} workers, {meta['epochs']} "
                    "measured epoch(s) per run.")

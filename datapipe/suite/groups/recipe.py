@@ -34,7 +34,16 @@ from datapipe.suite.groups.recipe_peers import (
 from datapipe.suite.isolated import clock, vision_run
 from datapipe.suite.options import Options
 from datapipe.suite.report import Entry, Panel, goal_verdict, markdown_table, ratio
-from datapipe.suite.runner import Group, GroupResult, Outcome, Peer, Record, paired_ratio, timed
+from datapipe.suite.runner import (
+    BEFORE,
+    Group,
+    GroupResult,
+    Outcome,
+    Peer,
+    Record,
+    paired_ratio,
+    timed,
+)
 
 # (ours, theirs, least ratio of their images/s); and the most a do-nothing function may cost.
 GOALS = (("datapipe", "torch", 2.5), ("datapipe-user", "torch", 1.3))
@@ -83,10 +92,10 @@ class RecipeGroup(Group):
         for name, outcome in outcomes.items():
             if outcome.status != "ok":
                 continue
-            if name.removesuffix("-before") in IN_VISION_VENV and not vision.VENV.ready():
+            if name.removesuffix(BEFORE) in IN_VISION_VENV and not vision.VENV.ready():
                 outcome.status = vision.NOT_INSTALLED
             else:
-                outcome.status = missing(NEEDS.get(name.removesuffix("-before"), ())) \
+                outcome.status = missing(NEEDS.get(name.removesuffix(BEFORE), ())) \
                     or "ok"
         meta: dict[str, Any] = {"workers": opts.workers, "repeats": opts.repeats,
                                 "batch": 16 if opts.smoke else BATCH,
@@ -103,7 +112,7 @@ class RecipeGroup(Group):
 
     def job(self, peer: Peer, meta: dict[str, Any], opts: Options, run_dir: Path) -> Job:
         data = meta["photos"]["path"] if peer.name == "torch" else meta["shards"]
-        times = meta.get("long_epochs", 1) if peer.name.removesuffix("-before") in LONG_ROWS \
+        times = meta.get("long_epochs", 1) if peer.name.removesuffix(BEFORE) in LONG_ROWS \
             else 1
         return Job(data, meta["workers"], meta["epochs"] * times, meta["classes"],
                    meta["warmup"], batch=meta["batch"])
@@ -112,7 +121,7 @@ class RecipeGroup(Group):
         if peer.name == "torch":  # torchvision and timm: the vision venv, by path
             return vision.run_isolated(Path(vision_run.__file__),
                                        {**asdict(job), "recipe": RECIPE}, run_dir)
-        if peer.name.removesuffix("-before") == "datapipe-user":  # torchvision in the workers
+        if peer.name.removesuffix(BEFORE) == "datapipe-user":  # torchvision in the workers
             return vision.run_datapipe(self.name, peer, asdict(job), run_dir)
         return super().attempt(peer, job, run_dir, opts)
 

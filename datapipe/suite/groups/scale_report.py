@@ -12,7 +12,7 @@ from typing import Any
 from datapipe.suite.charts import OURS_COLOUR, PEER_COLOUR, caption
 from datapipe.suite.groups import scale_peers as sp
 from datapipe.suite.report import Entry, Panel, markdown_table
-from datapipe.suite.runner import GroupResult, Outcome, Peer, Record
+from datapipe.suite.runner import BEFORE, GroupResult, Outcome, Peer, Record
 
 EXTRAPOLATE_TO = 10**9
 GOAL_SIZE = {"tokens": 10**8, "images": 10**7}  # where the goals are judged (smoke: largest)
@@ -276,7 +276,7 @@ def draw(result: GroupResult, part: str, out: Path) -> bool:
              (axes[1], ("memory_mb",), "private MB (training process + workers)"))
     for ax, keys, label in panes:
         for p in rows:
-            colour = CHART_COLOURS[p.name.removesuffix("-before").split("-")[1]]
+            colour = CHART_COLOURS[p.name.removesuffix(BEFORE).split("-")[1]]
             for key, style in zip(keys, ("-", "--"), strict=False):
                 points = measured(result, p.name, key)
                 ax.plot(*zip(*points, strict=True), style, marker="o", color=colour,
