@@ -158,3 +158,29 @@ class NaFlexGeometry:
 
 
 Geometry = GridGeometry | NaFlexGeometry
+
+
+class TargetMemo:
+    """A worker's target sizes, remembered by stored size: NaFlex's bisection is ~25 rounds of
+    NumPy a batch, and stored sizes repeat (a camera's few; every image of an earlier epoch).
+    Holds at most `limit` sizes, forgetting them all when full."""
+
+    def __init__(self, geometry: Geometry, limit: int = 1 << 16) -> None:
+        self.geometry = geometry
+        self.limit = limit
+        self.known: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def target_sizes(self, heights: np.ndarray,
+                     widths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """As `geometry.target_sizes`."""
+        stored = list(zip(_ints(heights).tolist(), _ints(widths).tolist(), strict=True))
+        found = [self.known.get(size) for size in stored]
+        missing = [i for i, target in enumerate(found) if target is None]
+        if missing:
+            if len(self.known) + len(missing) > self.limit:
+                self.known.clear()
+            th, tw = self.geometry.target_sizes(_ints(heights)[missing], _ints(widths)[missing])
+            for i, h, w in zip(missing, th.tolist(), tw.tolist(), strict=True):
+                found[i] = self.known[stored[i]] = (h, w)
+        sizes = np.array(found, dtype=np.int64).reshape(-1, 2)
+        return sizes[:, 0], sizes[:, 1]

@@ -20,6 +20,7 @@ import numpy as np
 from datapipe.errors import ArgumentError, DataError
 from datapipe.format.concat import Locations, batch_ids, open_dataset, sample_where
 from datapipe.format.sources import Location
+from datapipe.image.patch_geometry import TargetMemo
 from datapipe.image.patch_producer import PatchProducer, PatchSpec
 from datapipe.image.patch_steps import PatchSteps
 from datapipe.image.sample_random import SampleGenerators
@@ -85,6 +86,7 @@ class PatchBatchBuilder:
         self.labels = BatchLabels(self.dataset, spec.label_maps)
         self.extras = ExtraColumns(self.dataset, spec.extra_columns)
         self.producer = PatchProducer(spec.patches)
+        self.targets = TargetMemo(spec.patches.geometry)
         self.seeds = SampleGenerators(spec.seed)
         self.steps = PatchSteps(spec.steps, spec.seed)
 
@@ -93,8 +95,7 @@ class PatchBatchBuilder:
         idx = task.indices
         shards, rows = self.dataset.locate_many(idx)
         pixels, positions, mask = self.spec.regions(out)
-        # Computed once a batch: NaFlex's bisection runs ~25 rounds over the batch's sizes.
-        targets = self.spec.patches.geometry.target_sizes(self.heights[idx], self.widths[idx])
+        targets = self.targets.target_sizes(self.heights[idx], self.widths[idx])
         kept, skipped, read_s = self._fill(task, shards, rows, targets, pixels, positions)
         keep = np.asarray(kept, dtype=np.int64)
         p = self.spec.patches.geometry.patch_size

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from datapipe.image import patch_producer
-from datapipe.image.patch_geometry import GridGeometry, NaFlexGeometry
+from datapipe.image.patch_geometry import GridGeometry, NaFlexGeometry, TargetMemo
 from datapipe.image.patch_producer import PatchProducer, PatchSpec
 from datapipe.image.patchify import patch_coordinates, patchify_into
 
@@ -55,6 +55,23 @@ def test_naflex_geometry_is_the_processors_bisection(max_num_patches: int) -> No
     got = np.stack(NaFlexGeometry(16, max_num_patches).target_sizes(heights, widths), axis=1)
     for h, w, ours in zip(heights.tolist(), widths.tolist(), got.tolist(), strict=True):
         assert tuple(ours) == get_image_size_for_max_num_patches(h, w, 16, max_num_patches)
+
+
+@pytest.mark.parametrize("geometry", [NaFlexGeometry(), GridGeometry()])
+def test_remembered_targets_are_the_geometrys(geometry: object) -> None:
+    """Batches that repeat sizes, mix new ones in and overflow the memo give what the geometry
+    computes each time."""
+    heights, widths = sizes(300)
+    memo = TargetMemo(geometry, limit=100)
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        pick = rng.integers(0, len(heights), int(rng.integers(0, 64)))
+        got = memo.target_sizes(heights[pick], widths[pick])
+        want = geometry.target_sizes(heights[pick], widths[pick])
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == np.int64
+            np.testing.assert_array_equal(g, w)
+        assert len(memo.known) <= 100
 
 
 def test_patch_layouts_are_the_processors() -> None:
