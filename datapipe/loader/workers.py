@@ -149,6 +149,8 @@ class WorkerPool:
                 theirs.close()
         self._ready: dict[tuple[int, int], tuple[str, Any]] = {}
         self._outstanding: dict[tuple[int, int], int] = {}  # task -> slot id
+        self._building: dict[tuple[int, int], int] = {}  # task -> its worker, until it reports
+        self._load = [0] * num_workers  # tasks each worker has queued or is building
         self._submitted = 0
 
     def ready_count(self) -> int:
@@ -162,8 +164,11 @@ class WorkerPool:
     def submit(self, task: BatchTask) -> None:
         ref = self._slots.acquire()
         retired = self._slots.retire_surplus()
-        self._outstanding[(task.generation, task.batch_no)] = ref.id
-        worker = self._submitted % self.num_workers
+        key = (task.generation, task.batch_no)
+        self._outstanding[key] = ref.id
+        worker = self._least_loaded()
+        self._building[key] = worker
+        self._load[worker] += 1
         self._submitted += 1
         if retired:  # every worker may have mapped them
             for i, q in enumerate(self._tasks):
@@ -174,6 +179,17 @@ class WorkerPool:
             send_slot(self._channels[worker], ref)  # before the task that names it
             self._known[worker].add(ref.id)
         self._tasks[worker].put((ref, retired, task))
+
+    def _least_loaded(self) -> int:
+        """The worker with the fewest tasks queued or being built (ties in turn). Batches come
+        out in order within a window of `capacity`: dealt round-robin, a worker that runs
+        slower (one sharing its core with the training process, say) falls behind until the
+        window is full of its batches and the others wait; dealt by load, it gets fewer."""
+        while self._receive_one(block=False):  # reports already sent lighten their workers
+            pass
+        start = self._submitted % self.num_workers
+        order = list(range(start, self.num_workers)) + list(range(start))
+        return min(order, key=self._load.__getitem__)
 
     def result(self, generation: int, batch_no: int) -> tuple[dict[str, Any], torch.Tensor]:
         """Wait for batch `batch_no`; returns its metadata and its slot as a uint8 tensor,
@@ -191,14 +207,21 @@ class WorkerPool:
             raise WorkerError(payload)
         return payload, self._slots.lease(slot_id)
 
-    def _receive_one(self) -> None:
+    def _receive_one(self, block: bool = True) -> bool:
+        """Take one worker's report (waiting up to a poll interval when `block`); whether
+        there was one."""
         try:
-            generation, batch_no, status, payload = self._results.get(timeout=_POLL_SECONDS)
+            generation, batch_no, status, payload = self._results.get(block, _POLL_SECONDS)
         except queue.Empty:
-            self._check_alive()
-            return
+            if block:
+                self._check_alive()
+            return False
+        worker = self._building.pop((generation, batch_no), None)
+        if worker is not None:
+            self._load[worker] -= 1
         if (generation, batch_no) in self._outstanding:
             self._ready[(generation, batch_no)] = (status, payload)
+        return True
 
     def drain(self) -> None:
         """Wait out tasks of an abandoned iteration before their slots are reused."""
