@@ -163,6 +163,13 @@ class ArrowShardReader(ShardReader):
         self._column(name)
         return self._table.column(name)[row].as_py()
 
+    def values(self, name: str, rows: list[int]) -> list[Any]:
+        """One `take` for the rows (indexing the column cell by cell costs ~5 us a cell)."""
+        for row in (min(rows), max(rows)) if rows else ():
+            self._check_row(row)
+        self._column(name)
+        return self._table.column(name).take(rows).to_pylist()
+
     def close(self) -> None:
         self._payloads.clear()
         self._table = None

@@ -151,8 +151,16 @@ class Dataset:
             bad = indices[(indices < 0) | (indices >= len(self))][0]
             self.locate(int(bad))  # the error that names it
         shards, rows = self.locate_many(indices)
-        cells = [self.shard(k).cell(name, row)
-                 for k, row in zip(shards.tolist(), rows.tolist(), strict=True)]
+        if column.is_payload:
+            cells = [self.shard(k).cell(name, row)
+                     for k, row in zip(shards.tolist(), rows.tolist(), strict=True)]
+        else:  # strings and the like: each shard's rows read in one go
+            cells = [None] * len(indices)
+            for k in np.unique(shards).tolist():
+                at = np.flatnonzero(shards == k)
+                for i, value in zip(at.tolist(), self.shard(k).values(name, rows[at].tolist()),
+                                    strict=True):
+                    cells[i] = value
         if column.type == "bytes":
             return [cell.tobytes() for cell in cells]
         if column.is_scalar:

@@ -46,6 +46,10 @@ class ShardReader(ABC):
     def value(self, name: str, row: int) -> Any:
         """One cell of any column as a Python value (strings, extras)."""
 
+    def values(self, name: str, rows: list[int]) -> list[Any]:
+        """`value` of each of `rows` (a format may read them in one go)."""
+        return [self.value(name, row) for row in rows]
+
     def payload_lengths(self, name: str) -> np.ndarray | None:
         """Every row's payload length from the shard's index, where the format keeps one
         apart from the payloads (None: only reading the rows would tell)."""
