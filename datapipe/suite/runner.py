@@ -196,8 +196,7 @@ def run_group(group: Group, opts: Options, machine: dict[str, Any]) -> GroupResu
 
 
 def initial_outcome(group: str, peer: Peer, opts: Options) -> Outcome:
-    original = peer.name.removesuffix(BEFORE)  # a skipped peer's --before twin is skipped too
-    if opts.skips(group, peer.name) or opts.skips(group, original) or opts.skips(group, peer.tag):
+    if opts.skips(group, peer.name) or opts.skips(group, peer.tag):
         return Outcome("skipped")
     missing = peer.missing()
     return Outcome(f"not installed ({', '.join(missing)})" if missing else "ok")

@@ -73,9 +73,12 @@ def run(opts: Options) -> int:
 
 
 def check_skip(opts: Options) -> None:
-    """Refuse, before any work, a --skip name that no group of the chosen suites knows."""
+    """Refuse, before any work, a --skip name that no group of the chosen suites knows (with
+    --before, a twin's name too: skipping a peer leaves its twin to run, and the twin can be
+    skipped by its own name)."""
     groups = [load_group(g) for name in opts.suites for g in SUITE_GROUPS[name]]
-    known = {n for g in groups for p in g.peers for n in (p.name, p.tag, f"{g.name}:{p.name}")}
+    known = {n for g in groups for p in g.all_peers(opts)
+             for n in (p.name, p.tag, f"{g.name}:{p.name}")}
     unknown = sorted(opts.skip - known)
     if unknown:
         raise ArgumentError(f"--skip: no tool {', '.join(unknown)} in suite(s) "

@@ -99,3 +99,13 @@ def test_an_unknown_skip_name_is_refused_before_any_work(tmp_path: Path) -> None
     with pytest.raises(ArgumentError, match=r"--skip: no tool tf in suite\(s\) images$"):
         suite.run(opts)
     assert not (tmp_path / "out").exists()
+
+
+def test_with_before_a_twin_can_be_skipped_by_its_own_name(tmp_path: Path) -> None:
+    """Skipping a peer leaves its --before twin to run (a run of the twin alone); the twin is
+    skipped by its own name, which only --before makes known."""
+    twin = frozenset({"patches:datapipe-siglip2-before"})
+    (tmp_path / "datapipe").mkdir()  # a checkout, as --before checks one
+    suite.check_skip(Options(("patches",), out=tmp_path, skip=twin, before=tmp_path))
+    with pytest.raises(ArgumentError, match=r"--skip: no tool patches:datapipe-siglip2-before"):
+        suite.check_skip(Options(("patches",), out=tmp_path, skip=twin))

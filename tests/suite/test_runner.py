@@ -92,9 +92,6 @@ def test_initial_outcome() -> None:
                                                  dists=("no-such-dist-3141",)), opts).status \
         == "not installed (no_such_module_3141, no-such-dist-3141)"
     assert runner.initial_outcome("images", peer("torch", "json"), opts) == Outcome("ok", [])
-    # A skipped peer's --before twin is skipped with it; another peer's twin still runs.
-    assert runner.initial_outcome("images", peer("dali-before"), opts).status == "skipped"
-    assert runner.initial_outcome("images", peer("torch-before", "json"), opts).status == "ok"
 
 
 def test_a_skipped_tool_is_not_looked_for() -> None:
